@@ -1,0 +1,75 @@
+//! Round trips through the ABI wrappers, natively (the wasm exports only add the raw pointers).
+
+use std::sync::Arc;
+
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int64Type;
+use arrow_array::{ArrayRef, Int64Array, RecordBatch};
+use arrow_buffer::Buffer;
+
+use crate::abi::{self, STATUS_ERROR, STATUS_OK};
+use crate::prelude::*;
+
+fn input(values: Vec<i64>) -> Buffer {
+    let col: ArrayRef = Arc::new(Int64Array::from(values));
+    let batch = RecordBatch::try_from_iter([("x", col)]).unwrap();
+    Buffer::from_vec(crate::ipc::encode_batch(&batch).unwrap())
+}
+
+fn double(batch: &RecordBatch) -> Result<ArrayRef, UdfError> {
+    map_i64(arg(batch, 0)?, |x| x * 2)
+}
+
+fn fails(_: &RecordBatch) -> Result<ArrayRef, UdfError> {
+    Err(udf_error!("nope {}", 42))
+}
+
+#[test]
+fn entry_wrapper_returns_one_column_stream() {
+    let packed = abi::run_entry(input(vec![1, 2, 3]), double);
+    let out = abi::last_result();
+    assert_eq!(packed as u64 & 0xffff_ffff, out.len() as u64);
+    assert_eq!(out[0], STATUS_OK);
+    let batch = crate::ipc::decode_batch(Buffer::from_vec(out[1..].to_vec())).unwrap();
+    assert_eq!(batch.num_columns(), 1);
+    let col = batch.column(0).as_primitive::<Int64Type>();
+    assert_eq!(col.values(), &[2, 4, 6]);
+}
+
+#[test]
+fn entry_wrapper_reports_errors_as_status_and_message() {
+    abi::run_entry(input(vec![1]), fails);
+    let out = abi::last_result();
+    assert_eq!(out[0], STATUS_ERROR);
+    assert_eq!(&out[1..], b"nope 42");
+    abi::run_entry(Buffer::from_vec(b"garbage!".to_vec()), double);
+    assert_eq!(abi::last_result()[0], STATUS_ERROR);
+}
+
+#[test]
+fn init_wrapper_validates_and_stores_config() {
+    let hook = |c: &Config| match c.parse::<f64>("w")? {
+        Some(_) => Ok(()),
+        None => Err(UdfError::new("w is required")),
+    };
+    abi::run_init(Buffer::from_vec(b"{}".to_vec()), hook);
+    assert_eq!(
+        abi::last_result(),
+        [&[STATUS_ERROR][..], b"w is required"].concat()
+    );
+    abi::run_init(Buffer::from_vec(br#"{"w": "0.5"}"#.to_vec()), hook);
+    assert_eq!(abi::last_result(), vec![STATUS_OK]);
+    assert_eq!(config().get("w"), Some("0.5"));
+    abi::run_init(Buffer::from_vec(br#"{"w": "1"}"#.to_vec()), hook);
+    assert_eq!(
+        abi::last_result()[0],
+        STATUS_ERROR,
+        "a second init is refused"
+    );
+}
+
+#[test]
+fn pack_puts_pointer_high_and_length_low() {
+    assert_eq!(abi::pack(0x10, 0x20), 0x0000_0010_0000_0020);
+    assert_eq!(abi::pack(0xffff_fff0, 5) as u64 >> 32, 0xffff_fff0);
+}
