@@ -1,1 +1,10 @@
+//! Black-box tests: each starts the real `lancet` binary and drives it over HTTP.
 
+mod common;
+
+mod batch;
+mod data;
+mod errors;
+mod history;
+mod namespaces;
+mod query;

@@ -1,0 +1,72 @@
+//! Where tables live. The catalog is lance-namespace's `DirectoryNamespace` in manifest mode,
+//! so any Lance client pointed at the same root sees the same namespaces and tables. Lancet
+//! adds a location cache (table id -> URI) so data-plane requests do not read the
+//! `__manifest` table each time; entries are dropped whenever this server changes the catalog,
+//! and a stale entry (table dropped by another process) surfaces as "not found" on open.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use lance::session::Session;
+use lance_namespace::models::DescribeTableRequest;
+use lance_namespace::{ErrorCode, LanceNamespace};
+use lance_namespace_impls::DirectoryNamespaceBuilder;
+
+use crate::error::{ApiError, ApiResult};
+
+pub struct Catalog {
+    ns: Arc<dyn LanceNamespace>,
+    root: String,
+    locations: Mutex<HashMap<Vec<String>, String>>,
+    /// Serialises catalog changes made by batch-commit against each other and other writers.
+    pub(crate) commit_lock: tokio::sync::Mutex<()>,
+}
+
+impl Catalog {
+    pub async fn open(root: &str, session: Arc<Session>) -> ApiResult<Self> {
+        let ns = DirectoryNamespaceBuilder::new(root).session(session).build().await.map_err(ApiError::from)?;
+        Ok(Self { ns: Arc::new(ns), root: root.to_string(), locations: Mutex::default(), commit_lock: Default::default() })
+    }
+
+    pub fn ns(&self) -> &dyn LanceNamespace {
+        self.ns.as_ref()
+    }
+
+    pub fn root(&self) -> &str {
+        &self.root
+    }
+
+    /// The storage location of table `id`; 404 `TableNotFound` when the catalog has no such table.
+    pub async fn locate(&self, id: &[String]) -> ApiResult<String> {
+        if id.is_empty() {
+            return Err(ApiError::invalid("a table id is required"));
+        }
+        if let Some(loc) = self.locations.lock().unwrap().get(id) {
+            return Ok(loc.clone());
+        }
+        let request = DescribeTableRequest { id: Some(id.to_vec()), load_detailed_metadata: Some(false), ..Default::default() };
+        let response = self.ns.describe_table(request).await.map_err(|e| not_found_as_table(e, id))?;
+        let location = response.location.ok_or_else(|| ApiError::table_not_found(&id.join(".")))?;
+        self.locations.lock().unwrap().insert(id.to_vec(), location.clone());
+        Ok(location)
+    }
+
+    /// Forget a cached location after this server changed or removed the table's entry.
+    pub fn invalidate(&self, id: &[String]) {
+        self.locations.lock().unwrap().remove(id);
+    }
+
+    pub fn invalidate_all(&self) {
+        self.locations.lock().unwrap().clear();
+    }
+}
+
+/// Namespace errors for a table lookup whose namespace is missing still mean "no such table"
+/// to the caller of a table operation.
+pub fn not_found_as_table(err: lance_core::Error, id: &[String]) -> ApiError {
+    let api = ApiError::from(err);
+    if api.status == axum::http::StatusCode::NOT_FOUND && api.code != ErrorCode::TableNotFound {
+        return ApiError::new(ErrorCode::TableNotFound, format!("table not found: {} ({})", id.join("."), api.message));
+    }
+    api
+}

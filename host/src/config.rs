@@ -1,0 +1,30 @@
+//! Server settings from flags and environment variables.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeConfig {
+    /// Address to listen on; port 0 picks a free port (the bound address is printed first).
+    #[arg(long, env = "LANCET_ADDR", default_value = "127.0.0.1:8080")]
+    pub addr: SocketAddr,
+    /// Root of the tables: a local directory, or an object store URI.
+    #[arg(long, env = "LANCET_DATA", default_value = "./lancet-data")]
+    pub data: String,
+    /// Largest accepted request body, in MiB.
+    #[arg(long, env = "LANCET_MAX_BODY_MB", default_value_t = 512)]
+    pub max_body_mb: usize,
+}
+
+impl ServeConfig {
+    /// The catalog root as a URI lance understands (local paths made absolute).
+    pub fn root_uri(&self) -> std::io::Result<String> {
+        if self.data.contains("://") {
+            return Ok(self.data.trim_end_matches('/').to_string());
+        }
+        let path = PathBuf::from(&self.data);
+        std::fs::create_dir_all(&path)?;
+        let abs = std::fs::canonicalize(&path)?;
+        Ok(abs.to_string_lossy().trim_end_matches('/').to_string())
+    }
+}

@@ -1,0 +1,142 @@
+//! One error type for the whole server. Every failure becomes an [`ApiError`]: an upstream
+//! Lance Namespace error code (what the namespace clients classify by), an HTTP status, and a
+//! message. Rendering into the spec's JSON shape happens in `http::errors`, which also knows the
+//! request path for `instance`.
+
+use axum::http::StatusCode;
+use lance_namespace::{ErrorCode, NamespaceError};
+
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({:?}): {}", self.status, self.code, self.message)
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+/// The status each upstream error code travels with (same table as the upstream REST adapter,
+/// except `Unsupported`, which is a client mistake here: 400 rather than 406).
+pub fn status_for(code: ErrorCode) -> StatusCode {
+    use ErrorCode::*;
+    match code {
+        NamespaceNotFound | TableNotFound | TableIndexNotFound | TableTagNotFound
+        | TransactionNotFound | TableVersionNotFound | TableColumnNotFound
+        | TableBranchNotFound => StatusCode::NOT_FOUND,
+        NamespaceAlreadyExists | TableAlreadyExists | TableIndexAlreadyExists
+        | TableTagAlreadyExists | TableBranchAlreadyExists | ConcurrentModification
+        | NamespaceNotEmpty | InvalidTableState => StatusCode::CONFLICT,
+        InvalidInput | TableSchemaValidationError | Unsupported => StatusCode::BAD_REQUEST,
+        PermissionDenied => StatusCode::FORBIDDEN,
+        Unauthenticated => StatusCode::UNAUTHORIZED,
+        ServiceUnavailable | Throttling => StatusCode::SERVICE_UNAVAILABLE,
+        Internal => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+impl ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self { status: status_for(code), code, message: message.into() }
+    }
+    pub fn with_status(mut self, status: StatusCode) -> Self {
+        self.status = status;
+        self
+    }
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::InvalidInput, message)
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Internal, message)
+    }
+    pub fn table_not_found(table: &str) -> Self {
+        Self::new(ErrorCode::TableNotFound, format!("table not found: {table}"))
+    }
+    pub fn column_not_found(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::TableColumnNotFound, message)
+    }
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::ConcurrentModification, message)
+    }
+    pub fn unauthenticated(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Unauthenticated, message)
+    }
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::PermissionDenied, message)
+    }
+    /// Re-label a lance "not found" (which lance reports without saying of what) as `code`.
+    pub fn or_not_found(self, code: ErrorCode, message: impl Into<String>) -> Self {
+        if self.status == StatusCode::NOT_FOUND { Self::new(code, message) } else { self }
+    }
+}
+
+/// DataFusion reports user mistakes in SQL (unknown column, bad syntax) through the same
+/// `Execution`/`IO` variants lance uses for real failures; these are the message shapes that
+/// mean "the caller's expression is wrong".
+fn classify_message(msg: &str) -> Option<ErrorCode> {
+    const MISSING: &[&str] = &["No field named", "Column not found", "not found in schema", "does not exist in schema", "FieldNotFound", "Field not found", "is not a field of"];
+    const BAD: &[&str] = &["SQL error", "ParserError", "Error during planning", "Schema error", "Invalid user input", "sql parser error", "Cannot cast", "Cast error", "type_coercion", "Arrow error: Invalid argument", "Invalid argument", "Unsupported SQL", "invalid filter", "Invalid filter", "Expected"];
+    if MISSING.iter().any(|m| msg.contains(m)) {
+        return Some(ErrorCode::TableColumnNotFound);
+    }
+    if BAD.iter().any(|m| msg.contains(m)) {
+        return Some(ErrorCode::InvalidInput);
+    }
+    None
+}
+
+impl From<lance_core::Error> for ApiError {
+    fn from(err: lance_core::Error) -> Self {
+        ApiError::from_lance(&err)
+    }
+}
+
+impl ApiError {
+    pub fn from_lance(err: &lance_core::Error) -> Self {
+        use lance_core::Error as E;
+        let msg = err.to_string();
+        let code = match err {
+            E::Namespace { source, .. } => {
+                if let Some(ns) = source.downcast_ref::<NamespaceError>() {
+                    return ApiError::new(ns.code(), ns.message().to_string());
+                }
+                ErrorCode::Internal
+            }
+            E::Shared { source } => return ApiError::from_lance(source),
+            E::DatasetNotFound { .. } => ErrorCode::TableNotFound,
+            E::DatasetAlreadyExists { .. } => ErrorCode::TableAlreadyExists,
+            E::SchemaMismatch { .. } => ErrorCode::TableSchemaValidationError,
+            E::FieldNotFound { .. } => ErrorCode::TableColumnNotFound,
+            E::InvalidInput { .. } | E::InvalidRef { .. } | E::Schema { .. } | E::Arrow { .. } => {
+                classify_message(&msg).unwrap_or(ErrorCode::InvalidInput)
+            }
+            E::NotSupported { .. } | E::Unprocessable { .. } => ErrorCode::InvalidInput,
+            E::CommitConflict { .. }
+            | E::RetryableCommitConflict { .. }
+            | E::IncompatibleTransaction { .. }
+            | E::TooMuchWriteContention { .. }
+            | E::VersionConflict { .. } => ErrorCode::ConcurrentModification,
+            E::RefConflict { .. } => ErrorCode::ConcurrentModification,
+            E::RefNotFound { .. } => ErrorCode::TableTagNotFound,
+            E::VersionNotFound { .. } => ErrorCode::TableVersionNotFound,
+            E::IndexNotFound { .. } => ErrorCode::TableIndexNotFound,
+            E::Timeout { .. } | E::Backpressure { .. } => ErrorCode::ServiceUnavailable,
+            E::NotFound { .. } => ErrorCode::TableNotFound,
+            _ => classify_message(&msg).unwrap_or(ErrorCode::Internal),
+        };
+        ApiError::new(code, msg)
+    }
+}
+
+impl From<arrow_schema::ArrowError> for ApiError {
+    fn from(err: arrow_schema::ArrowError) -> Self {
+        ApiError::invalid(format!("invalid Arrow data: {err}"))
+    }
+}

@@ -1,0 +1,67 @@
+//! `/v1/table/{id}/branches/{create,list,delete}`.
+
+use axum::extract::State;
+use axum::response::Response;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::extract::{Common, JsonBody, Target, page, paginate};
+use super::{AppState, reply};
+use crate::error::{ApiError, ApiResult};
+use crate::store::At;
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct BranchBody {
+    #[serde(flatten)]
+    common: Common,
+    name: Option<String>,
+    from_branch: Option<String>,
+    from_version: Option<i64>,
+    limit: Option<i64>,
+    page_token: Option<String>,
+}
+
+impl BranchBody {
+    fn name(&self) -> ApiResult<&str> {
+        self.name.as_deref().filter(|n| !n.is_empty()).ok_or_else(|| ApiError::invalid("a branch 'name' is required"))
+    }
+}
+
+pub async fn create(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<BranchBody>) -> ApiResult<Response> {
+    target.check_body_id(&body.common.id)?;
+    let location = app.catalog.locate(&target.id).await?;
+    let from = At::new(body.from_branch.clone(), body.from_version)?;
+    app.store.create_branch(&location, body.name()?, &from).await?;
+    Ok(reply(json!({})))
+}
+
+/// Branch contents in both snake_case and lance's camelCase (the lancedb SDK parses the latter).
+pub async fn list(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<BranchBody>) -> ApiResult<Response> {
+    target.check_body_id(&body.common.id)?;
+    let (limit, token) = page(&target.params, body.limit, body.page_token)?;
+    let location = app.catalog.locate(&target.id).await?;
+    let branches = app.store.list_branches(&location).await?;
+    let (branches, next) = paginate(branches.into_iter().collect(), limit, token.as_deref());
+    let branches: serde_json::Map<String, serde_json::Value> = branches
+        .into_iter()
+        .map(|(name, b)| {
+            let entry = json!({
+                "parent_branch": b.parent_branch, "parentBranch": b.parent_branch,
+                "parent_version": b.parent_version, "parentVersion": b.parent_version,
+                "create_at": b.create_at, "createAt": b.create_at,
+                "manifest_size": b.manifest_size, "manifestSize": b.manifest_size,
+                "metadata": b.metadata,
+            });
+            (name, entry)
+        })
+        .collect();
+    Ok(reply(json!({ "branches": branches, "page_token": next })))
+}
+
+pub async fn delete(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<BranchBody>) -> ApiResult<Response> {
+    target.check_body_id(&body.common.id)?;
+    let location = app.catalog.locate(&target.id).await?;
+    app.store.delete_branch(&location, body.name()?).await?;
+    Ok(reply(json!({})))
+}

@@ -1,0 +1,91 @@
+//! Rendering of every non-2xx answer in the spec's JSON error shape
+//! (`type`, `title`, `status`, `detail`, `instance`) plus the upstream `code` and `error`,
+//! including axum's own rejections (unknown route, wrong method, oversize or malformed body).
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use lance_namespace::ErrorCode;
+use serde_json::json;
+
+use crate::error::ApiError;
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = Response::new(Body::empty());
+        *response.status_mut() = self.status;
+        response.extensions_mut().insert(self);
+        response
+    }
+}
+
+fn type_and_title(status: StatusCode) -> (&'static str, &'static str) {
+    match status.as_u16() {
+        400 => ("/errors/bad-request", "Malformed request"),
+        401 => ("/errors/unauthorized-request", "No valid authentication credentials for the operation"),
+        403 => ("/errors/forbidden-request", "Not authorized to make this request"),
+        404 => ("/errors/not-found-error", "Not found Error"),
+        405 => ("/errors/method-not-allowed", "Method not allowed"),
+        409 => ("/errors/conflict", "The namespace has been concurrently modified"),
+        413 => ("/errors/payload-too-large", "Request body too large"),
+        503 => ("/errors/service-unavailable", "Slow down"),
+        s if s < 500 => ("/errors/bad-request", "Malformed request"),
+        _ => ("/errors/server-error", "Internal Server Error"),
+    }
+}
+
+pub fn error_json(err: &ApiError, instance: &str) -> serde_json::Value {
+    let (kind, title) = type_and_title(err.status);
+    json!({
+        "type": kind,
+        "title": title,
+        "status": err.status.as_u16(),
+        "detail": err.message,
+        "instance": instance,
+        "code": err.code.as_u32(),
+        "error": err.message,
+    })
+}
+
+/// Middleware: turns an [`ApiError`] carried in a response, or any non-JSON error body that
+/// axum or tower-http produced, into the JSON error shape.
+pub async fn render_errors(request: Request, next: Next) -> Response {
+    let instance = request.uri().path().to_string();
+    let response = next.run(request).await;
+    let status = response.status();
+    if status.is_success() || status.is_redirection() || status.is_informational() {
+        return response;
+    }
+    let err = if let Some(err) = response.extensions().get::<ApiError>() {
+        if status.is_server_error() {
+            tracing::error!(path = %instance, error = %err.message, "request failed");
+        }
+        err.clone()
+    } else {
+        let is_json = response.headers().get(header::CONTENT_TYPE).is_some_and(|ct| ct.as_bytes().starts_with(b"application/json"));
+        if is_json {
+            return response;
+        }
+        let (parts, body) = response.into_parts();
+        let text = axum::body::to_bytes(body, 64 * 1024).await.unwrap_or_default();
+        let text = String::from_utf8_lossy(&text).trim().to_string();
+        let (code, message) = match parts.status {
+            StatusCode::NOT_FOUND => (ErrorCode::Unsupported, format!("no such route: {instance}")),
+            StatusCode::METHOD_NOT_ALLOWED => (ErrorCode::Unsupported, format!("method not allowed on {instance}")),
+            StatusCode::PAYLOAD_TOO_LARGE => (ErrorCode::InvalidInput, "request body exceeds the server's limit".to_string()),
+            s if s.is_client_error() => (ErrorCode::InvalidInput, if text.is_empty() { s.to_string() } else { text }),
+            _ => (ErrorCode::Internal, if text.is_empty() { "internal error".to_string() } else { text }),
+        };
+        ApiError { status: parts.status, code, message }
+    };
+    let mut rendered = (err.status, axum::Json(error_json(&err, &instance))).into_response();
+    rendered.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    rendered
+}
+
+/// Router fallback: an unknown route is a 404 in the error shape.
+pub async fn no_route() -> ApiError {
+    ApiError::new(ErrorCode::Unsupported, "no such route").with_status(StatusCode::NOT_FOUND)
+}

@@ -1,0 +1,146 @@
+//! Request extractors: the table/namespace id from the path, query parameters (including
+//! repeated ones such as merge_insert's `on`), and forgiving JSON bodies (an empty body is `{}`,
+//! as the lancedb SDK sends describe and count_rows without one).
+
+use std::collections::HashMap;
+
+use axum::extract::{FromRequest, FromRequestParts, Path, Request};
+use axum::http::request::Parts;
+use bytes::Bytes;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+
+use crate::error::{ApiError, ApiResult};
+
+/// Query parameters in order, repeated keys kept.
+#[derive(Debug, Default, Clone)]
+pub struct Params(Vec<(String, String)>);
+
+impl Params {
+    pub fn parse(raw: Option<&str>) -> Self {
+        Self(url::form_urlencoded::parse(raw.unwrap_or("").as_bytes()).map(|(k, v)| (k.into_owned(), v.into_owned())).collect())
+    }
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+    pub fn all(&self, key: &str) -> Vec<String> {
+        self.0.iter().filter(|(k, _)| k == key).map(|(_, v)| v.clone()).collect()
+    }
+    pub fn string(&self, key: &str) -> Option<String> {
+        self.get(key).filter(|v| !v.is_empty()).map(str::to_string)
+    }
+    pub fn bool(&self, key: &str) -> ApiResult<Option<bool>> {
+        match self.get(key) {
+            None | Some("") => Ok(None),
+            Some(v) if v.eq_ignore_ascii_case("true") || v == "1" => Ok(Some(true)),
+            Some(v) if v.eq_ignore_ascii_case("false") || v == "0" => Ok(Some(false)),
+            Some(v) => Err(ApiError::invalid(format!("query parameter '{key}' must be true or false, got '{v}'"))),
+        }
+    }
+    pub fn int(&self, key: &str) -> ApiResult<Option<i64>> {
+        match self.get(key) {
+            None | Some("") | Some("null") => Ok(None),
+            Some(v) => v.parse().map(Some).map_err(|_| ApiError::invalid(format!("query parameter '{key}' must be an integer, got '{v}'"))),
+        }
+    }
+}
+
+/// Split a path id by the delimiter; the delimiter alone is the root namespace.
+pub fn split_id(raw: &str, delimiter: &str) -> Vec<String> {
+    if raw == delimiter || raw.is_empty() {
+        return Vec::new();
+    }
+    raw.split(delimiter).map(str::to_string).collect()
+}
+
+/// The object a request addresses: `{id}` split by `delimiter`, plus the query parameters.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub id: Vec<String>,
+    pub params: Params,
+}
+
+impl Target {
+    pub fn name(&self) -> String {
+        self.id.join(".")
+    }
+    /// A body `id` must agree with the path.
+    pub fn check_body_id(&self, body_id: &Option<Vec<String>>) -> ApiResult<()> {
+        match body_id {
+            Some(b) if !b.is_empty() && *b != self.id => Err(ApiError::invalid(format!(
+                "body id {:?} does not match the id in the path {:?}",
+                b, self.id
+            ))),
+            _ => Ok(()),
+        }
+    }
+    /// `branch` from the body if given, else from the query.
+    pub fn branch(&self, body_branch: &Option<String>) -> Option<String> {
+        crate::store::normalize_branch(body_branch.clone().or_else(|| self.params.string("branch")))
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Target {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let params = Params::parse(parts.uri.query());
+        let path = Path::<HashMap<String, String>>::from_request_parts(parts, state).await.map_err(|e| ApiError::invalid(e.body_text()))?;
+        let delimiter = params.get("delimiter").filter(|d| !d.is_empty()).unwrap_or("$").to_string();
+        let raw = path.get("id").map(String::as_str).unwrap_or("");
+        Ok(Target { id: split_id(raw, &delimiter), params })
+    }
+}
+
+/// JSON body; empty (or `null`) means `{}`. Malformed JSON is a 400 in the spec's shape.
+pub struct JsonBody<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
+            ApiError::invalid(e.body_text()).with_status(e.status())
+        })?;
+        let text = std::str::from_utf8(&bytes).map_err(|_| ApiError::invalid("request body is not UTF-8"))?.trim();
+        let text = if text.is_empty() || text == "null" { "{}" } else { text };
+        serde_json::from_str(text).map(JsonBody).map_err(|e| ApiError::invalid(format!("malformed JSON body: {e}")))
+    }
+}
+
+/// Fields every JSON request may carry (spec 2.2).
+#[derive(Debug, Default, Deserialize, Clone)]
+#[serde(default)]
+pub struct Common {
+    pub id: Option<Vec<String>>,
+    pub branch: Option<String>,
+    pub identity: Option<serde_json::Value>,
+    pub context: Option<HashMap<String, serde_json::Value>>,
+}
+
+/// Pagination fields a list request may carry in its body or its query.
+pub fn page(params: &Params, body_limit: Option<i64>, body_token: Option<String>) -> ApiResult<(Option<usize>, Option<String>)> {
+    let limit = match body_limit.or(params.int("limit")?) {
+        Some(l) if l < 0 => return Err(ApiError::invalid(format!("limit must be >= 0, got {l}"))),
+        Some(l) => Some(l as usize),
+        None => None,
+    };
+    let token = body_token.or_else(|| params.string("page_token")).filter(|t| !t.is_empty());
+    Ok((limit, token))
+}
+
+/// Sorted pagination over names: the token is the last name of the previous page.
+pub fn paginate<T>(mut items: Vec<(String, T)>, limit: Option<usize>, token: Option<&str>) -> (Vec<(String, T)>, Option<String>) {
+    items.sort_by(|a, b| a.0.cmp(&b.0));
+    if let Some(t) = token {
+        items.retain(|(name, _)| name.as_str() > t);
+    }
+    match limit {
+        Some(l) if items.len() > l => {
+            items.truncate(l);
+            let next = items.last().map(|(n, _)| n.clone());
+            (items, next)
+        }
+        _ => (items, None),
+    }
+}

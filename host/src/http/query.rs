@@ -1,0 +1,157 @@
+//! `/v1/table/{id}/{query,explain_plan,analyze_plan}`. Query results are written as Arrow IPC
+//! (file format by default, stream format when `Accept` asks for it) batch by batch as lance
+//! produces them, so a large scan never sits whole in memory.
+
+use arrow_ipc::writer::{FileWriter, StreamWriter};
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use lance::io::RecordBatchStream;
+use serde_json::{Value, json};
+
+use super::extract::{JsonBody, Target};
+use super::query_body;
+use super::{AppState, reply};
+use crate::error::{ApiError, ApiResult};
+use crate::store::At;
+
+const STREAM_TYPE: &str = "application/vnd.apache.arrow.stream";
+const FILE_TYPE: &str = "application/vnd.apache.arrow.file";
+
+async fn dataset_for(app: &AppState, target: &Target, body: &Value) -> ApiResult<std::sync::Arc<lance::Dataset>> {
+    let body_id: Option<Vec<String>> = body.get("id").and_then(|v| serde_json::from_value(v.clone()).ok());
+    target.check_body_id(&body_id)?;
+    let location = app.catalog.locate(&target.id).await?;
+    let branch = body.get("branch").and_then(Value::as_str).map(str::to_string);
+    let version = match body.get("version") {
+        None | Some(Value::Null) => target.params.int("version")?,
+        Some(v) => Some(v.as_i64().ok_or_else(|| ApiError::invalid("version must be an integer"))?),
+    };
+    let at = At::new(target.branch(&branch), version)?;
+    app.store.read(&location, &at).await
+}
+
+pub async fn query(State(app): State<AppState>, target: Target, headers: HeaderMap, JsonBody(body): JsonBody<Value>) -> ApiResult<Response> {
+    let spec = query_body::parse(&body)?;
+    let ds = dataset_for(&app, &target, &body).await?;
+    let mut stream = spec.stream(&ds).await?;
+    // Pull the first batch before answering, so planning and early execution errors still get
+    // a proper status; later errors can only cut the body short (and are logged).
+    let first = match stream.next().await {
+        Some(Ok(batch)) => Some(batch),
+        Some(Err(e)) => return Err(ApiError::from(e)),
+        None => None,
+    };
+    let schema = stream.schema();
+    let as_stream = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains(STREAM_TYPE));
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(4);
+    tokio::spawn(async move {
+        let mut writer = match IpcOut::new(as_stream, &schema) {
+            Ok(w) => w,
+            Err(e) => {
+                let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
+                return;
+            }
+        };
+        let mut next = first.map(Ok);
+        loop {
+            let batch = match next.take() {
+                Some(b) => b,
+                None => match stream.next().await {
+                    Some(b) => b,
+                    None => break,
+                },
+            };
+            let chunk = batch.map_err(|e| e.to_string()).and_then(|b| writer.write(&b).map_err(|e| e.to_string()));
+            match chunk {
+                Ok(bytes) if bytes.is_empty() => {}
+                Ok(bytes) => {
+                    if tx.send(Ok(bytes)).await.is_err() {
+                        return; // client went away
+                    }
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "query failed while streaming");
+                    let _ = tx.send(Err(std::io::Error::other(e))).await;
+                    return;
+                }
+            }
+        }
+        match writer.finish() {
+            Ok(bytes) => {
+                let _ = tx.send(Ok(bytes)).await;
+            }
+            Err(e) => {
+                let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
+            }
+        }
+    });
+    let body = Body::from_stream(tokio_stream_from(rx));
+    let mut response = body.into_response();
+    let content_type = if as_stream { STREAM_TYPE } else { FILE_TYPE };
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    Ok(response)
+}
+
+fn tokio_stream_from(mut rx: tokio::sync::mpsc::Receiver<Result<bytes::Bytes, std::io::Error>>) -> impl futures::Stream<Item = Result<bytes::Bytes, std::io::Error>> {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+/// An IPC writer over an in-memory buffer that is drained after every batch.
+enum IpcOut {
+    File(FileWriter<Vec<u8>>),
+    Stream(StreamWriter<Vec<u8>>),
+}
+
+impl IpcOut {
+    fn new(as_stream: bool, schema: &arrow_schema::Schema) -> Result<Self, arrow_schema::ArrowError> {
+        Ok(if as_stream { Self::Stream(StreamWriter::try_new(Vec::new(), schema)?) } else { Self::File(FileWriter::try_new(Vec::new(), schema)?) })
+    }
+
+    fn write(&mut self, batch: &arrow_array::RecordBatch) -> Result<bytes::Bytes, arrow_schema::ArrowError> {
+        let buf = match self {
+            Self::File(w) => {
+                w.write(batch)?;
+                w.get_mut()
+            }
+            Self::Stream(w) => {
+                w.write(batch)?;
+                w.get_mut()
+            }
+        };
+        Ok(bytes::Bytes::from(std::mem::take(buf)))
+    }
+
+    fn finish(mut self) -> Result<bytes::Bytes, arrow_schema::ArrowError> {
+        let buf = match &mut self {
+            Self::File(w) => {
+                w.finish()?;
+                w.get_mut()
+            }
+            Self::Stream(w) => {
+                w.finish()?;
+                w.get_mut()
+            }
+        };
+        Ok(bytes::Bytes::from(std::mem::take(buf)))
+    }
+}
+
+pub async fn explain_plan(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<Value>) -> ApiResult<Response> {
+    let query = body.get("query").cloned().unwrap_or_else(|| body.clone());
+    let spec = query_body::parse(&query)?;
+    let verbose = body.get("verbose").and_then(Value::as_bool).unwrap_or(false);
+    let ds = dataset_for(&app, &target, &body).await?;
+    let plan = spec.scanner(&ds)?.explain_plan(verbose).await.map_err(ApiError::from)?;
+    Ok(reply(json!({ "plan": plan })))
+}
+
+pub async fn analyze_plan(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<Value>) -> ApiResult<Response> {
+    let query = body.get("query").cloned().unwrap_or_else(|| body.clone());
+    let spec = query_body::parse(&query)?;
+    let ds = dataset_for(&app, &target, &body).await?;
+    let analysis = spec.scanner(&ds)?.analyze_plan().await.map_err(ApiError::from)?;
+    Ok(reply(json!({ "analysis": analysis, "plan": analysis })))
+}

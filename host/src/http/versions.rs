@@ -1,0 +1,141 @@
+//! `/v1/table/{id}/{version/list,restore,tags/*}`: history and tags.
+
+use axum::extract::State;
+use axum::response::Response;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::extract::{Common, JsonBody, Target, page, paginate};
+use super::{AppState, reply};
+use crate::error::{ApiError, ApiResult};
+use crate::store::At;
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct ListBody {
+    #[serde(flatten)]
+    common: Common,
+    limit: Option<i64>,
+    page_token: Option<String>,
+    descending: Option<bool>,
+}
+
+/// Versions in ascending order (descending on request); the page token is the last version
+/// number of the previous page.
+pub async fn list(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<ListBody>) -> ApiResult<Response> {
+    target.check_body_id(&body.common.id)?;
+    let (limit, token) = page(&target.params, body.limit, body.page_token)?;
+    let after: Option<u64> = match token {
+        Some(t) => Some(t.parse().map_err(|_| ApiError::invalid(format!("invalid page_token '{t}'")))?),
+        None => None,
+    };
+    let location = app.catalog.locate(&target.id).await?;
+    let branch = target.branch(&body.common.branch);
+    let mut versions = app.store.versions(&location, branch.as_deref()).await?;
+    let descending = body.descending.or(target.params.bool("descending")?).unwrap_or(false);
+    if descending {
+        versions.reverse();
+    }
+    if let Some(after) = after {
+        versions.retain(|v| if descending { v.version < after } else { v.version > after });
+    }
+    let mut next = None;
+    if let Some(l) = limit
+        && versions.len() > l
+    {
+        versions.truncate(l);
+        next = versions.last().map(|v| v.version.to_string());
+    }
+    let versions: Vec<_> = versions
+        .into_iter()
+        .map(|v| json!({ "version": v.version, "timestamp_millis": v.timestamp_millis, "timestamp": v.timestamp_millis, "metadata": v.metadata, "manifest_path": "" }))
+        .collect();
+    Ok(reply(json!({ "versions": versions, "page_token": next })))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct RestoreBody {
+    #[serde(flatten)]
+    common: Common,
+    version: Option<i64>,
+}
+
+pub async fn restore(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<RestoreBody>) -> ApiResult<Response> {
+    target.check_body_id(&body.common.id)?;
+    let version = body.version.ok_or_else(|| ApiError::invalid("restore needs a 'version'"))?;
+    if version < 0 {
+        return Err(ApiError::invalid(format!("version must be >= 0, got {version}")));
+    }
+    let location = app.catalog.locate(&target.id).await?;
+    let branch = target.branch(&body.common.branch);
+    let new_version = app.store.restore(&location, branch.as_deref(), version as u64).await?;
+    Ok(reply(json!({ "version": new_version })))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct TagBody {
+    #[serde(flatten)]
+    common: Common,
+    tag: Option<String>,
+    version: Option<i64>,
+    limit: Option<i64>,
+    page_token: Option<String>,
+}
+
+impl TagBody {
+    fn tag(&self) -> ApiResult<&str> {
+        self.tag.as_deref().filter(|t| !t.is_empty()).ok_or_else(|| ApiError::invalid("a 'tag' name is required"))
+    }
+}
+
+pub async fn list_tags(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<TagBody>) -> ApiResult<Response> {
+    target.check_body_id(&body.common.id)?;
+    let (limit, token) = page(&target.params, body.limit, body.page_token)?;
+    let location = app.catalog.locate(&target.id).await?;
+    let tags = app.store.list_tags(&location).await?;
+    let (tags, next) = paginate(tags.into_iter().collect(), limit, token.as_deref());
+    let tags: serde_json::Map<String, serde_json::Value> = tags
+        .into_iter()
+        .map(|(name, t)| (name, json!({ "version": t.version, "branch": t.branch, "manifest_size": t.manifest_size, "manifestSize": t.manifest_size })))
+        .collect();
+    Ok(reply(json!({ "tags": tags, "page_token": next })))
+}
+
+pub async fn tag_version(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<TagBody>) -> ApiResult<Response> {
+    target.check_body_id(&body.common.id)?;
+    let location = app.catalog.locate(&target.id).await?;
+    let contents = app.store.tag_contents(&location, body.tag()?).await?;
+    let mut out = json!({ "version": contents.version });
+    if let Some(b) = crate::store::normalize_branch(contents.branch) {
+        out["branch"] = json!(b);
+    }
+    Ok(reply(out))
+}
+
+fn tag_target(body: &TagBody, target: &Target) -> ApiResult<At> {
+    let version = body.version.ok_or_else(|| ApiError::invalid("a 'version' is required"))?;
+    At::new(target.branch(&body.common.branch), Some(version))
+}
+
+pub async fn create_tag(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<TagBody>) -> ApiResult<Response> {
+    target.check_body_id(&body.common.id)?;
+    let location = app.catalog.locate(&target.id).await?;
+    app.store.create_tag(&location, body.tag()?, &tag_target(&body, &target)?).await?;
+    Ok(reply(json!({})))
+}
+
+pub async fn update_tag(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<TagBody>) -> ApiResult<Response> {
+    target.check_body_id(&body.common.id)?;
+    let location = app.catalog.locate(&target.id).await?;
+    app.store.update_tag(&location, body.tag()?, &tag_target(&body, &target)?).await?;
+    Ok(reply(json!({})))
+}
+
+pub async fn delete_tag(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<TagBody>) -> ApiResult<Response> {
+    target.check_body_id(&body.common.id)?;
+    let location = app.catalog.locate(&target.id).await?;
+    app.store.delete_tag(&location, body.tag()?).await?;
+    Ok(reply(json!({})))
+}

@@ -1,0 +1,25 @@
+//! Lancet: a server for versioned Lance tables whose virtual columns are computed by
+//! sandboxed WebAssembly UDFs.
+//!
+//! Layers: `http` (routing, extractors, errors) -> `catalog` (DirectoryNamespace) and `store`
+//! (lance datasets) -> `virtual_columns` (UDF definitions, computed with `lancet-udf`).
+
+pub mod catalog;
+pub mod config;
+pub mod error;
+pub mod field_path;
+pub mod http;
+pub mod server;
+pub mod store;
+pub mod virtual_columns;
+
+use catalog::Catalog;
+use store::Store;
+use virtual_columns::VirtualColumns;
+
+/// Everything a request handler can reach.
+pub struct App {
+    pub catalog: Catalog,
+    pub store: Store,
+    pub virtual_columns: VirtualColumns,
+}

@@ -1,0 +1,54 @@
+//! Start-up and graceful shutdown.
+
+use std::sync::Arc;
+
+use lance::session::Session;
+use tokio::net::TcpListener;
+
+use crate::catalog::Catalog;
+use crate::config::ServeConfig;
+use crate::store::Store;
+use crate::virtual_columns::VirtualColumns;
+use crate::{App, http};
+
+pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
+    let root = config.root_uri()?;
+    let session = Arc::new(Session::default());
+    let catalog = Catalog::open(&root, session.clone()).await?;
+    Ok(Arc::new(App { catalog, store: Store::new(session), virtual_columns: VirtualColumns::new() }))
+}
+
+/// Serve until SIGINT/SIGTERM; requests in flight (writes included) finish before exit.
+pub async fn serve(config: ServeConfig) -> anyhow_like::Result<()> {
+    let app = build_app(&config).await?;
+    let listener = TcpListener::bind(config.addr).await?;
+    let addr = listener.local_addr()?;
+    // Scripts and tests read this line to learn the port.
+    println!("listening on http://{addr}");
+    tracing::info!(%addr, root = %app.catalog.root(), "lancet serving");
+    let service = http::service(app, config.max_body_mb * 1024 * 1024);
+    axum::serve(listener, service).with_graceful_shutdown(shutdown_signal()).await?;
+    tracing::info!("lancet stopped");
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+    tracing::info!("shutdown requested; finishing requests in flight");
+}
+
+/// A boxed error for start-up paths, where the only thing to do is report and exit.
+pub mod anyhow_like {
+    pub type Result<T> = std::result::Result<T, Box<dyn std::error::Error + Send + Sync>>;
+}

@@ -1,0 +1,162 @@
+//! Queries: a [`QuerySpec`] (already validated by the HTTP layer) becomes a lance `Scanner`.
+
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, FixedSizeListArray, Float32Array};
+use arrow_schema::{DataType, Field};
+use lance::Dataset;
+use lance::dataset::scanner::{DatasetRecordBatchStream, Scanner};
+use lance_index::scalar::FullTextSearchQuery;
+use lance_linalg::distance::DistanceType;
+
+use crate::error::{ApiError, ApiResult};
+
+#[derive(Debug, Clone, Default)]
+pub struct VectorQuery {
+    /// One vector, or several (a multivector query, or a batch of queries).
+    pub vectors: Vec<Vec<f32>>,
+    pub multi: bool,
+    pub column: Option<String>,
+    pub distance_type: Option<DistanceType>,
+    pub nprobes: Option<usize>,
+    pub minimum_nprobes: Option<usize>,
+    pub maximum_nprobes: Option<usize>,
+    pub ef: Option<usize>,
+    pub refine_factor: Option<u32>,
+    pub lower_bound: Option<f32>,
+    pub upper_bound: Option<f32>,
+    pub bypass_vector_index: bool,
+}
+
+#[derive(Debug, Clone)]
+pub enum Projection {
+    Names(Vec<String>),
+    Aliases(Vec<(String, String)>),
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct QuerySpec {
+    pub vector: Option<VectorQuery>,
+    pub fts: Option<FullTextSearchQuery>,
+    pub filter: Option<String>,
+    pub prefilter: Option<bool>,
+    pub k: Option<usize>,
+    pub offset: Option<usize>,
+    pub projection: Option<Projection>,
+    pub with_row_id: bool,
+    pub fast_search: bool,
+}
+
+impl QuerySpec {
+    pub fn scanner(&self, ds: &Arc<Dataset>) -> ApiResult<Scanner> {
+        let mut scan = ds.scan();
+        if let Some(p) = &self.projection {
+            match p {
+                Projection::Names(names) => {
+                    for n in names {
+                        crate::field_path::resolve(ds.schema(), n)?;
+                    }
+                    scan.project(names).map_err(ApiError::from)?;
+                }
+                Projection::Aliases(pairs) => {
+                    scan.project_with_transform(pairs).map_err(ApiError::from)?;
+                }
+            }
+        }
+        if let Some(f) = &self.filter {
+            scan.filter(f).map_err(ApiError::from)?;
+        }
+        if let Some(p) = self.prefilter {
+            scan.prefilter(p);
+        }
+        if let Some(fts) = &self.fts {
+            scan.full_text_search(fts.clone()).map_err(ApiError::from)?;
+        }
+        if let Some(v) = &self.vector {
+            let column = match &v.column {
+                Some(c) => {
+                    crate::field_path::resolve(ds.schema(), c)?;
+                    c.clone()
+                }
+                None => default_vector_column(ds)?,
+            };
+            let k = self.k.unwrap_or(10);
+            scan.nearest(&column, query_array(v)?.as_ref(), k).map_err(ApiError::from)?;
+            if let Some(d) = v.distance_type {
+                scan.distance_metric(d);
+            }
+            if let Some(n) = v.nprobes {
+                scan.nprobes(n);
+            }
+            if let Some(n) = v.minimum_nprobes {
+                scan.minimum_nprobes(n);
+            }
+            if let Some(n) = v.maximum_nprobes {
+                scan.maximum_nprobes(n);
+            }
+            if let Some(ef) = v.ef {
+                scan.ef(ef);
+            }
+            if let Some(r) = v.refine_factor {
+                scan.refine(r);
+            }
+            if v.lower_bound.is_some() || v.upper_bound.is_some() {
+                scan.distance_range(v.lower_bound, v.upper_bound);
+            }
+            if v.bypass_vector_index {
+                scan.use_index(false);
+            }
+            if self.offset.is_some() {
+                scan.limit(None, self.offset.map(|o| o as i64)).map_err(ApiError::from)?;
+            }
+        } else if self.k.is_some() || self.offset.is_some() {
+            scan.limit(self.k.map(|k| k as i64), self.offset.map(|o| o as i64)).map_err(ApiError::from)?;
+        }
+        if self.fast_search {
+            scan.fast_search();
+        }
+        if self.with_row_id {
+            scan.with_row_id();
+        }
+        Ok(scan)
+    }
+
+    pub async fn stream(&self, ds: &Arc<Dataset>) -> ApiResult<DatasetRecordBatchStream> {
+        let scan = self.scanner(ds)?;
+        scan.try_into_stream().await.map_err(ApiError::from)
+    }
+}
+
+fn query_array(v: &VectorQuery) -> ApiResult<ArrayRef> {
+    let first = v.vectors.first().ok_or_else(|| ApiError::invalid("the query vector is empty"))?;
+    if first.is_empty() {
+        return Err(ApiError::invalid("the query vector is empty"));
+    }
+    if !v.multi && v.vectors.len() == 1 {
+        return Ok(Arc::new(Float32Array::from(first.clone())));
+    }
+    let dim = first.len();
+    if v.vectors.iter().any(|x| x.len() != dim) {
+        return Err(ApiError::invalid("all vectors of a multi_vector query must have the same length"));
+    }
+    let values = Float32Array::from(v.vectors.concat());
+    let field = Arc::new(Field::new("item", DataType::Float32, true));
+    let list = FixedSizeListArray::try_new(field, dim as i32, Arc::new(values), None).map_err(ApiError::from)?;
+    Ok(Arc::new(list))
+}
+
+/// With no `vector_column`, the table's only vector column (as lance and lancedb do).
+fn default_vector_column(ds: &Dataset) -> ApiResult<String> {
+    let vector_like = |dt: &DataType| match dt {
+        DataType::FixedSizeList(f, _) => f.data_type().is_floating() || matches!(f.data_type(), DataType::UInt8 | DataType::Int8),
+        DataType::List(f) => matches!(f.data_type(), DataType::FixedSizeList(_, _)),
+        _ => false,
+    };
+    let schema = arrow_schema::Schema::from(ds.schema());
+    let candidates: Vec<&str> = schema.fields().iter().filter(|f| vector_like(f.data_type())).map(|f| f.name().as_str()).collect();
+    match candidates.as_slice() {
+        [one] => Ok(one.to_string()),
+        [] => Err(ApiError::invalid("the table has no vector column to search")),
+        _ => Err(ApiError::invalid(format!("the table has several vector columns ({}); name one in vector_column", candidates.join(", ")))),
+    }
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs every Lancet test on a fresh machine: installs protoc and the wasm32 target when missing,
+# builds the example UDF plugins, runs the Rust unit and black-box tests, then the Python client
+# tests (lancedb, lance-namespace, pylance) in a venv this script creates.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Keep build artefacts outside the clone so warm runs (and CI on a reused machine) are fast.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/lancet-target}"
+export LANCET_PLUGINS_DIR="${LANCET_PLUGINS_DIR:-$HOME/.cache/lancet-plugins-target/wasm32-unknown-unknown/release}"
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+if ! command -v protoc >/dev/null 2>&1; then
+  echo "== installing protoc"
+  as_root apt-get update -qq
+  as_root apt-get install -y -qq protobuf-compiler
+fi
+if ! rustup target list --installed 2>/dev/null | grep -q wasm32-unknown-unknown; then
+  echo "== adding the wasm32-unknown-unknown target"
+  rustup target add wasm32-unknown-unknown
+fi
+
+if [ -f plugins/build.sh ]; then
+  echo "== building UDF plugins"
+  CARGO_TARGET_DIR="$HOME/.cache/lancet-plugins-target" bash plugins/build.sh
+fi
+
+echo "== Rust tests"
+cargo test --workspace --locked -- --test-threads=2
+
+echo "== Python client tests"
+bash tests/python/run.sh

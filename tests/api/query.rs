@@ -1,0 +1,46 @@
+use serde_json::json;
+
+use crate::common::*;
+
+#[tokio::test]
+async fn filtered_scan_and_vector_search() {
+    let s = Server::start().await;
+    s.create_table("q", 20).await;
+    let rows = s.query("q", json!({"filter": "id < 5", "columns": {"column_names": ["id", "text"]}, "k": 100, "vector": {}})).await;
+    let mut got = ids(&rows);
+    got.sort();
+    assert_eq!(got, vec![0, 1, 2, 3, 4]);
+    assert_eq!(rows[0].num_columns(), 2);
+
+    // Nearest to (7, 0, 1, 1): id 7 first.
+    let rows = s.query("q", json!({"vector": {"single_vector": [7.0, 0.0, 1.0, 1.0]}, "k": 3, "vector_column": "vec"})).await;
+    let got = ids(&rows);
+    assert_eq!(got.len(), 3);
+    assert_eq!(got[0], 7);
+    // lancedb dialect: bare vector, filter, row ids, aliases.
+    let rows = s
+        .query("q", json!({"vector": [7.0, 0.0, 1.0, 1.0], "k": 2, "filter": "id > 7", "prefilter": true, "with_row_id": true, "columns": {"ident": "id", "t": "text"}, "ef": null}))
+        .await;
+    assert!(rows[0].column_by_name("_rowid").is_some());
+    assert!(rows[0].column_by_name("ident").is_some());
+    let (st, b) = s.post("/v1/table/q/query", json!({"vector": [1.0, 2.0], "k": 3})).await;
+    assert_eq!(st, 400, "wrong dimension: {b}");
+    // Stream format on request.
+    let r = s
+        .client
+        .post(s.url("/v1/table/q/query"))
+        .header("accept", "application/vnd.apache.arrow.stream")
+        .json(&json!({"filter": "id = 3"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["content-type"], "application/vnd.apache.arrow.stream");
+    let bytes = r.bytes().await.unwrap();
+    let reader = arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes.to_vec()), None).unwrap();
+    let batches: Vec<_> = reader.collect::<Result<_, _>>().unwrap();
+    assert_eq!(ids(&batches), vec![3]);
+    // Time travel.
+    s.ok("/v1/table/q/delete", json!({"predicate": "true"})).await;
+    let rows = s.query("q", json!({"version": 1, "filter": "id = 3"})).await;
+    assert_eq!(ids(&rows), vec![3]);
+}
