@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use lance::session::Session;
-use lance_namespace::models::DescribeTableRequest;
+use lance_namespace::models::{DescribeTableRequest, TableExistsRequest};
 use lance_namespace::{ErrorCode, LanceNamespace};
 use lance_namespace_impls::DirectoryNamespaceBuilder;
 
@@ -24,7 +24,9 @@ pub struct Catalog {
 
 impl Catalog {
     pub async fn open(root: &str, session: Arc<Session>) -> ApiResult<Self> {
-        let ns = DirectoryNamespaceBuilder::new(root).session(session).build().await.map_err(ApiError::from)?;
+        // Manifest only: in dual mode a deregistered root-level table stays visible through
+        // directory listing, so the `__manifest` table is the single source of truth.
+        let ns = DirectoryNamespaceBuilder::new(root).dir_listing_enabled(false).session(session).build().await.map_err(ApiError::from)?;
         Ok(Self { ns: Arc::new(ns), root: root.to_string(), locations: Mutex::default(), commit_lock: Default::default() })
     }
 
@@ -44,11 +46,30 @@ impl Catalog {
         if let Some(loc) = self.locations.lock().unwrap().get(id) {
             return Ok(loc.clone());
         }
+        // `describe_table` of a root-level table falls back to directory listing, which does not
+        // see a deregistration; `table_exists` does.
+        let exists = TableExistsRequest { id: Some(id.to_vec()), ..Default::default() };
+        self.ns.table_exists(exists).await.map_err(|e| not_found_as_table(e, id))?;
         let request = DescribeTableRequest { id: Some(id.to_vec()), load_detailed_metadata: Some(false), ..Default::default() };
         let response = self.ns.describe_table(request).await.map_err(|e| not_found_as_table(e, id))?;
         let location = response.location.ok_or_else(|| ApiError::table_not_found(&id.join(".")))?;
         self.locations.lock().unwrap().insert(id.to_vec(), location.clone());
         Ok(location)
+    }
+
+    /// Locations inside the root, as register wants them: relative to the root. Deregister
+    /// answers absolute URIs, so both spellings of the root are accepted.
+    pub fn relative_location(&self, location: &str) -> String {
+        let root = self.root.trim_end_matches('/');
+        let file_root = format!("file://{root}");
+        for prefix in [file_root.as_str(), root] {
+            if let Some(rest) = location.strip_prefix(prefix)
+                && (rest.is_empty() || rest.starts_with('/'))
+            {
+                return rest.trim_start_matches('/').to_string();
+            }
+        }
+        location.to_string()
     }
 
     /// Forget a cached location after this server changed or removed the table's entry.

@@ -143,6 +143,7 @@ async fn roll_back(app: &AppState, undo: Vec<Undo>) {
             }
             Undo::Register { id, location, properties } => {
                 app.catalog.invalidate(&id);
+                let location = app.catalog.relative_location(&location);
                 ns.register_table(RegisterTableRequest { id: Some(id), location, properties, ..Default::default() }).await.map(|_| ())
             }
             Undo::DeleteVersion { id, branch, version } => {

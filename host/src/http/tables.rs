@@ -129,7 +129,8 @@ pub async fn deregister(State(app): State<AppState>, target: Target, JsonBody(bo
 }
 
 pub async fn register(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<Value>) -> ApiResult<Response> {
-    let request: RegisterTableRequest = model(&target, body)?;
+    let mut request: RegisterTableRequest = model(&target, body)?;
+    request.location = app.catalog.relative_location(&request.location);
     let _guard = app.catalog.commit_lock.lock().await;
     let response = app.catalog.ns().register_table(request).await.map_err(ApiError::from)?;
     app.catalog.invalidate(&target.id);
