@@ -42,5 +42,9 @@ macro_rules! export_init {
                 $crate::abi::run_init(input, $hook)
             }
         };
+        // Natively there is no export; naming the hook still type-checks it (and keeps a
+        // plain `fn init` from being reported as unused).
+        #[cfg(not(target_arch = "wasm32"))]
+        const _: fn(&$crate::Config) -> ::core::result::Result<(), $crate::UdfError> = $hook;
     };
 }

@@ -1,1 +1,31 @@
+//! Lancet's Wasm UDF runtime: verifies and stores modules, compiles and caches them, and runs
+//! UDFs over Arrow batches in sandboxed, resource-limited wasmtime instances.
+//!
+//! Knows Arrow and wasmtime; nothing about HTTP or Lance. The guest ABI is described in
+//! `sdk/README.md` (ABI version [`ABI_VERSION`], manifest `abi` [`ABI_NAME`]).
+//!
+//! Typical use: [`Manifest::parse_verified`] → [`Runtime::store_module`] →
+//! [`Runtime::prepare`] (definition time; errors with
+//! [`is_definition_error`](UdfError::is_definition_error) are the caller's fault) →
+//! [`Runtime::invoke`] per batch. `invoke` blocks while the guest runs (up to the timeout),
+//! so call it from a blocking-capable thread with a normal (≥ 2 MiB) stack.
 
+mod codec;
+mod engine;
+mod error;
+mod instance;
+mod invoke;
+mod limits;
+mod manifest;
+mod module_cache;
+mod module_check;
+mod package;
+mod pool;
+mod runtime;
+
+pub use error::UdfError;
+pub use invoke::InvokeOutput;
+pub use limits::{Limits, LimitsOverride};
+pub use manifest::{ABI_NAME, ABI_VERSION, MAX_MODULE_BYTES, Manifest, OnError, sha256_hex};
+pub use package::{Packaged, decode_module_base64, package};
+pub use runtime::{PreparedUdf, Runtime, RuntimeConfig, RuntimeStats};

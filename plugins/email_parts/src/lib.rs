@@ -51,8 +51,21 @@ mod tests {
 
     #[test]
     fn splits_plausible_addresses_only() {
-        assert_eq!(split_email(" Ada.L@Example.COM "), Some(("Ada.L", "Example.COM")));
-        for bad in ["", "no-at", "@x.com", "a@", "a@b", "a@@b.com", "a b@c.com", "a@b..com", "a@-b.com"] {
+        assert_eq!(
+            split_email(" Ada.L@Example.COM "),
+            Some(("Ada.L", "Example.COM"))
+        );
+        for bad in [
+            "",
+            "no-at",
+            "@x.com",
+            "a@",
+            "a@b",
+            "a@@b.com",
+            "a b@c.com",
+            "a@b..com",
+            "a@-b.com",
+        ] {
             assert_eq!(split_email(bad), None, "{bad:?}");
         }
     }

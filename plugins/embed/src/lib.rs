@@ -26,11 +26,13 @@ impl Embedder {
             any = true;
             self.token.clear();
             if word.is_ascii() {
-                self.token.extend(word.bytes().map(|b| b.to_ascii_lowercase()));
+                self.token
+                    .extend(word.bytes().map(|b| b.to_ascii_lowercase()));
             } else {
                 let mut buf = [0u8; 4];
                 for c in word.chars().flat_map(char::to_lowercase) {
-                    self.token.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                    self.token
+                        .extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
                 }
             }
             add(out, hash(&self.token), TOKEN_WEIGHT);

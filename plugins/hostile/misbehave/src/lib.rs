@@ -26,7 +26,10 @@ pub fn bomb(_: &RecordBatch) -> Result<ArrayRef, UdfError> {
 /// Unbounded non-tail recursion: exhausts the wasm stack.
 pub fn recurse(batch: &RecordBatch) -> Result<ArrayRef, UdfError> {
     let depth = deep(black_box(batch.num_rows() as u64 + 1_000_000_000));
-    Ok(Arc::new(Int64Array::from(vec![depth as i64; batch.num_rows()])))
+    Ok(Arc::new(Int64Array::from(vec![
+        depth as i64;
+        batch.num_rows()
+    ])))
 }
 
 #[inline(never)]
@@ -135,7 +138,16 @@ fn init(config: &Config) -> Result<(), UdfError> {
 }
 
 export_init!(init);
-export_udf!(spin, bomb, recurse, wrong_rows, huge_output, wrong_type, trap, panics);
+export_udf!(
+    spin,
+    bomb,
+    recurse,
+    wrong_rows,
+    huge_output,
+    wrong_type,
+    trap,
+    panics
+);
 export_udf!(guest_error, fail_negative, count_calls);
 
 /// Exports `fn(&RecordBatch) -> i64` entries that build their packed result themselves.

@@ -1,0 +1,202 @@
+//! Host-side Arrow IPC: encode the input batch for the guest, and decode and validate what the
+//! guest returned. Everything from the guest is untrusted.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use arrow_array::{Array, ArrayRef, RecordBatch, make_array};
+use arrow_buffer::Buffer;
+use arrow_data::ArrayData;
+use arrow_ipc::reader::StreamDecoder;
+use arrow_ipc::writer::StreamWriter;
+use arrow_schema::DataType;
+
+use crate::UdfError;
+
+/// An IPC stream ends with this marker (or its pre-1.0 four-zero-byte form).
+const EOS: [u8; 8] = [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0];
+
+/// Encodes `batch` as an uncompressed IPC stream into `out` (cleared first; its capacity is
+/// reused across calls). Guests are built without IPC compression.
+pub(crate) fn encode_input(batch: &RecordBatch, out: &mut Vec<u8>) -> Result<(), UdfError> {
+    out.clear();
+    let mut writer = StreamWriter::try_new(&mut *out, &batch.schema())
+        .map_err(|e| UdfError::BadInput(e.to_string()))?;
+    writer
+        .write(batch)
+        .and_then(|_| writer.finish())
+        .map_err(|e| UdfError::BadInput(e.to_string()))
+}
+
+/// Decodes the guest's result stream: exactly one batch with exactly one column of `rows`
+/// rows, of type `expected` if given, and nothing after the end-of-stream marker.
+pub(crate) fn decode_output(
+    stream: Buffer,
+    rows: usize,
+    expected: Option<&DataType>,
+    udf: &str,
+) -> Result<ArrayRef, UdfError> {
+    let bad = |reason: String| UdfError::BadOutput {
+        udf: udf.to_string(),
+        reason,
+    };
+    // arrow-ipc validates what it decodes, but it is not hardened against every malformed
+    // input; a panic in it must become this call's error, not take the server thread down.
+    let batch = catch_unwind(AssertUnwindSafe(|| read_one_batch(stream)))
+        .map_err(|_| bad("the Arrow IPC decoder panicked on it".into()))?
+        .map_err(bad)?;
+    if batch.num_columns() != 1 {
+        return Err(bad(format!(
+            "{} columns; a UDF returns exactly one (a struct for several outputs)",
+            batch.num_columns()
+        )));
+    }
+    if batch.num_rows() != rows {
+        return Err(bad(format!(
+            "{} rows for {rows} input rows",
+            batch.num_rows()
+        )));
+    }
+    let column = batch.column(0).clone();
+    match expected {
+        None => Ok(column),
+        Some(want) if column.data_type() == want => Ok(column),
+        Some(want) => conform(column, want).ok_or_else(|| {
+            bad(format!(
+                "type {} where {want} was declared",
+                batch.column(0).data_type()
+            ))
+        }),
+    }
+}
+
+fn read_one_batch(mut stream: Buffer) -> Result<RecordBatch, String> {
+    let mut decoder = StreamDecoder::new();
+    while !stream.is_empty() {
+        let decoded = decoder
+            .decode(&mut stream)
+            .map_err(|e| format!("malformed Arrow IPC stream: {e}"))?;
+        if let Some(batch) = decoded {
+            let rest = stream.as_slice();
+            return match rest {
+                [] => Ok(batch),
+                _ if rest == EOS || rest == &EOS[4..] => Ok(batch),
+                _ if rest.starts_with(&EOS) => Err(format!(
+                    "{} trailing bytes after the end of the stream",
+                    rest.len() - EOS.len()
+                )),
+                _ => Err("more than one message after the record batch".into()),
+            };
+        }
+    }
+    match decoder.finish() {
+        Err(e) => Err(format!("malformed Arrow IPC stream: truncated ({e})")),
+        Ok(()) => Err("the Arrow IPC stream holds no record batch".into()),
+    }
+}
+
+/// `column` relabelled as `want` when they differ only in nested field names, nullability
+/// flags or metadata (e.g. a list's item field): the data is what was declared, so the
+/// caller gets exactly the declared type. Struct child names must match, since outputs pick
+/// children by name. `None` if the types really differ or the data breaks `want`'s rules.
+fn conform(column: ArrayRef, want: &DataType) -> Option<ArrayRef> {
+    let data = retype(column.to_data(), want)?;
+    data.validate_full().ok()?;
+    Some(make_array(data))
+}
+
+fn retype(data: ArrayData, want: &DataType) -> Option<ArrayData> {
+    use DataType::*;
+    let children: Vec<&DataType> = match (data.data_type(), want) {
+        (List(_), List(w)) | (LargeList(_), LargeList(w)) | (Map(_, _), Map(w, _)) => {
+            vec![w.data_type()]
+        }
+        (FixedSizeList(_, n), FixedSizeList(w, m)) if n == m => vec![w.data_type()],
+        (Struct(have), Struct(w))
+            if have.len() == w.len() && have.iter().zip(w).all(|(a, b)| a.name() == b.name()) =>
+        {
+            w.iter().map(|f| f.data_type()).collect()
+        }
+        (have, w) if have == w => return Some(data),
+        _ => return None,
+    };
+    if let (Map(_, a), Map(_, b)) = (data.data_type(), want)
+        && a != b
+    {
+        return None;
+    }
+    let child_data = data
+        .child_data()
+        .iter()
+        .zip(children)
+        .map(|(c, w)| retype(c.clone(), w))
+        .collect::<Option<Vec<_>>>()?;
+    data.into_builder()
+        .data_type(want.clone())
+        .child_data(child_data)
+        .build()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{FixedSizeListArray, Float32Array, Int64Array};
+    use arrow_schema::Field;
+
+    use super::*;
+
+    fn stream_of(column: ArrayRef) -> Vec<u8> {
+        let batch = RecordBatch::try_from_iter([("r", column)]).unwrap();
+        let mut out = Vec::new();
+        encode_input(&batch, &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn accepts_one_column_and_rejects_trailing_bytes() {
+        let bytes = stream_of(Arc::new(Int64Array::from(vec![1, 2])));
+        let col = decode_output(
+            Buffer::from_vec(bytes.clone()),
+            2,
+            Some(&DataType::Int64),
+            "t",
+        )
+        .unwrap();
+        assert_eq!(col.len(), 2);
+        let err = decode_output(Buffer::from_vec(bytes.clone()), 3, None, "t").unwrap_err();
+        assert!(err.to_string().contains("2 rows for 3"), "{err}");
+        let err = decode_output(
+            Buffer::from_vec(bytes.clone()),
+            2,
+            Some(&DataType::Utf8),
+            "t",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("declared"), "{err}");
+        let mut trailing = bytes.clone();
+        trailing.extend_from_slice(b"junk");
+        let err = decode_output(Buffer::from_vec(trailing), 2, None, "t").unwrap_err();
+        assert!(err.to_string().contains("4 trailing bytes"), "{err}");
+        let err =
+            decode_output(Buffer::from_vec(b"\x01\x02garbage".to_vec()), 2, None, "t").unwrap_err();
+        assert!(matches!(err, UdfError::BadOutput { .. }), "{err}");
+        let truncated = bytes[..bytes.len() / 2].to_vec();
+        assert!(decode_output(Buffer::from_vec(truncated), 2, None, "t").is_err());
+    }
+
+    #[test]
+    fn conforms_nested_field_flags_to_the_declared_type() {
+        let item = Arc::new(Field::new("item", DataType::Float32, true));
+        let values = Arc::new(Float32Array::from(vec![1.0, 2.0]));
+        let list = FixedSizeListArray::try_new(item, 2, values, None).unwrap();
+        let bytes = stream_of(Arc::new(list));
+        let want =
+            DataType::FixedSizeList(Arc::new(Field::new("element", DataType::Float32, false)), 2);
+        let col = decode_output(Buffer::from_vec(bytes.clone()), 1, Some(&want), "t").unwrap();
+        assert_eq!(col.data_type(), &want);
+        let wrong =
+            DataType::FixedSizeList(Arc::new(Field::new("item", DataType::Float32, true)), 3);
+        assert!(decode_output(Buffer::from_vec(bytes), 1, Some(&wrong), "t").is_err());
+    }
+}

@@ -1,0 +1,146 @@
+//! The one wasmtime Engine: its configuration, the epoch ticker that enforces timeouts, the
+//! allow-listed imports, and the key that says which precompiled code it can load.
+
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use wasmtime::{
+    Caller, Config, Engine, InstanceAllocationStrategy, Linker, OptLevel, PoolingAllocationConfig,
+};
+
+use crate::UdfError;
+use crate::instance::HostState;
+use crate::limits::Limits;
+
+/// Epoch length: timeouts are enforced to within one tick.
+pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(5);
+
+/// Most log bytes kept from one guest call (the last line is attached to trap messages).
+const MAX_LOG_LINE: usize = 1024;
+/// Lines a guest may log per call before further lines are dropped: a guest must not be able
+/// to flood the server's log.
+pub(crate) const LOG_LINES_PER_CALL: u32 = 16;
+
+/// Builds the engine: pooling allocator if this machine allows it, on-demand otherwise.
+/// Returns whether pooling is in use.
+pub(crate) fn build_engine(limits: &Limits, pool_slots: u32) -> Result<(Engine, bool), UdfError> {
+    let mut base = Config::new();
+    base.epoch_interruption(true)
+        .max_wasm_stack(limits.max_stack_bytes)
+        .cranelift_opt_level(OptLevel::Speed)
+        .parallel_compilation(true);
+    // wasmtime is built without its `threads` feature: no shared memories, no guest threads.
+
+    let mut pool = PoolingAllocationConfig::new();
+    let memory = limits.max_memory_bytes.next_multiple_of(64 << 10);
+    pool.total_core_instances(pool_slots)
+        .total_memories(pool_slots)
+        .total_tables(pool_slots)
+        .max_memories_per_module(1)
+        .max_tables_per_module(1)
+        .max_memory_size(memory)
+        // Reused slots keep this much memory paged in, so a new instance of a module starts
+        // without page faults for its data segment and first allocations.
+        .linear_memory_keep_resident(1 << 20);
+    let mut pooled = base.clone();
+    pooled.allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+    match Engine::new(&pooled) {
+        Ok(engine) => Ok((engine, true)),
+        Err(err) => {
+            tracing::warn!(
+                "wasmtime pooling allocator unavailable ({err}); using on-demand instance allocation"
+            );
+            let engine = Engine::new(&base).map_err(|e| UdfError::Internal(e.to_string()))?;
+            Ok((engine, false))
+        }
+    }
+}
+
+/// Linker offering exactly the allow-listed imports: `lancet.log(ptr, len)`.
+pub(crate) fn build_linker(engine: &Engine) -> Result<Linker<HostState>, UdfError> {
+    let mut linker = Linker::new(engine);
+    linker
+        .func_wrap("lancet", "log", guest_log)
+        .map_err(|e| UdfError::Internal(e.to_string()))?;
+    Ok(linker)
+}
+
+fn guest_log(mut caller: Caller<'_, HostState>, ptr: i32, len: i32) {
+    if caller.data().log_lines_left == 0 {
+        return;
+    }
+    caller.data_mut().log_lines_left -= 1;
+    let Some(memory) = caller.get_export("memory").and_then(|e| e.into_memory()) else {
+        return;
+    };
+    let start = ptr as u32 as usize;
+    let len = (len as u32 as usize).min(MAX_LOG_LINE);
+    let data = memory.data(&caller);
+    let Some(bytes) = data.get(start..start.saturating_add(len)) else {
+        return;
+    };
+    let line = String::from_utf8_lossy(bytes).into_owned();
+    tracing::debug!(target: "lancet_udf::guest", "{line}");
+    caller.data_mut().last_log = Some(line);
+}
+
+/// Names precompiled code by what the engine can load: wasmtime version, target, settings.
+pub(crate) fn compatibility_key(engine: &Engine) -> String {
+    struct Sha(Sha256);
+    impl Hasher for Sha {
+        fn write(&mut self, bytes: &[u8]) {
+            self.0.update(bytes);
+        }
+        fn finish(&self) -> u64 {
+            unreachable!("only the digest is read")
+        }
+    }
+    let mut h = Sha(Sha256::new());
+    engine.precompile_compatibility_hash().hash(&mut h);
+    hex::encode(&h.0.finalize()[..8])
+}
+
+/// Background thread advancing the engine's epoch every [`EPOCH_TICK`]; stops on drop.
+pub(crate) struct EpochTicker {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl EpochTicker {
+    pub(crate) fn start(engine: Engine) -> Result<Self, UdfError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("lancet-udf-epoch".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    engine.increment_epoch();
+                }
+            })
+            .map_err(|e| UdfError::io("starting the epoch thread", e))?;
+        Ok(Self {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Epoch ticks to allow for `timeout`: rounded up, plus one because the current tick may be
+/// about to end.
+pub(crate) fn deadline_ticks(timeout: Duration) -> u64 {
+    (timeout.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64).max(1) + 1
+}

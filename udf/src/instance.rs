@@ -1,0 +1,318 @@
+//! One guest instance in its own Store, and the ABI calls into it: copy the input in, call,
+//! check and copy the result out. Any error returned here means the instance must be dropped.
+
+use arrow_buffer::Buffer;
+use wasmtime::{Engine, InstancePre, Memory, ResourceLimiter, Store, Trap, TypedFunc};
+
+use crate::UdfError;
+use crate::engine::{LOG_LINES_PER_CALL, deadline_ticks};
+use crate::limits::Limits;
+
+const STATUS_OK: u8 = 0;
+const STATUS_ERROR: u8 = 1;
+/// Guest error messages longer than this are cut (the guest controls their size).
+const MAX_MESSAGE: usize = 4096;
+
+/// Per-store data: the resource limiter and what the guest logged.
+pub(crate) struct HostState {
+    limiter: MemoryLimiter,
+    pub(crate) last_log: Option<String>,
+    pub(crate) log_lines_left: u32,
+}
+
+struct MemoryLimiter {
+    cap: usize,
+    hit: bool,
+}
+
+#[derive(Debug)]
+struct MemoryCapHit;
+
+impl std::fmt::Display for MemoryCapHit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("memory limit reached")
+    }
+}
+
+impl std::error::Error for MemoryCapHit {}
+
+impl ResourceLimiter for MemoryLimiter {
+    fn memory_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        if desired > self.cap || maximum.is_some_and(|m| desired > m) {
+            // Trap rather than let memory.grow return -1: a Rust guest aborts on allocation
+            // failure anyway, and this way the error says precisely what happened.
+            self.hit = true;
+            return Err(wasmtime::Error::new(MemoryCapHit));
+        }
+        Ok(true)
+    }
+
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        Ok(desired <= 100_000 && maximum.is_none_or(|m| desired <= m))
+    }
+
+    fn instances(&self) -> usize {
+        1
+    }
+
+    fn tables(&self) -> usize {
+        1
+    }
+
+    fn memories(&self) -> usize {
+        1
+    }
+}
+
+/// What a guest call produced when the instance is still healthy.
+pub(crate) enum Outcome {
+    /// The result's Arrow IPC stream, copied out of guest memory (64-byte aligned).
+    Ok(Buffer),
+    /// The guest reported an error (status 1).
+    GuestError(String),
+}
+
+/// `(ptr, len) -> packed result`: the signature of entry points and `lancet_init`.
+type EntryFunc = TypedFunc<(i32, i32), i64>;
+
+pub(crate) struct GuestInstance {
+    store: Store<HostState>,
+    memory: Memory,
+    alloc: TypedFunc<i32, i32>,
+    instance: wasmtime::Instance,
+    /// Entry points looked up so far; a module usually has one or two.
+    entries: Vec<(String, EntryFunc)>,
+}
+
+impl GuestInstance {
+    pub(crate) fn new(
+        engine: &Engine,
+        pre: &InstancePre<HostState>,
+        limits: &Limits,
+        udf: &str,
+    ) -> Result<Self, UdfError> {
+        let state = HostState {
+            limiter: MemoryLimiter {
+                cap: limits.max_memory_bytes,
+                hit: false,
+            },
+            last_log: None,
+            log_lines_left: LOG_LINES_PER_CALL,
+        };
+        let mut store = Store::new(engine, state);
+        store.limiter(|s| &mut s.limiter);
+        store.set_epoch_deadline(deadline_ticks(limits.timeout));
+        let instance = pre
+            .instantiate(&mut store)
+            .map_err(|e| instantiate_error(e, &mut store, udf, limits))?;
+        let memory = instance
+            .get_memory(&mut store, "memory")
+            .ok_or_else(|| UdfError::Internal("checked export `memory` vanished".into()))?;
+        let alloc = instance
+            .get_typed_func(&mut store, "lancet_alloc")
+            .map_err(|e| UdfError::Internal(e.to_string()))?;
+        Ok(Self {
+            store,
+            memory,
+            alloc,
+            instance,
+            entries: Vec::new(),
+        })
+    }
+
+    fn arm(&mut self, limits: &Limits) {
+        let state = self.store.data_mut();
+        state.limiter.cap = limits.max_memory_bytes;
+        state.limiter.hit = false;
+        state.log_lines_left = LOG_LINES_PER_CALL;
+        state.last_log = None;
+        self.store
+            .set_epoch_deadline(deadline_ticks(limits.timeout));
+    }
+
+    /// Calls `lancet_abi_version`.
+    pub(crate) fn abi_version(&mut self, limits: &Limits, udf: &str) -> Result<i32, UdfError> {
+        self.arm(limits);
+        let f: TypedFunc<(), i32> = self
+            .instance
+            .get_typed_func(&mut self.store, "lancet_abi_version")
+            .map_err(|e| UdfError::Internal(e.to_string()))?;
+        f.call(&mut self.store, ())
+            .map_err(|e| self.call_error(e, udf, limits))
+    }
+
+    /// Calls `lancet_init` with the config JSON, if the module exports it.
+    pub(crate) fn init(
+        &mut self,
+        config_json: &[u8],
+        limits: &Limits,
+        udf: &str,
+    ) -> Result<(), UdfError> {
+        let Ok(init) = self
+            .instance
+            .get_typed_func::<(i32, i32), i64>(&mut self.store, "lancet_init")
+        else {
+            return Ok(());
+        };
+        match self.call_with(init, config_json, limits, udf)? {
+            Outcome::Ok(_) => Ok(()),
+            Outcome::GuestError(message) => Err(UdfError::Init {
+                udf: udf.to_string(),
+                message,
+            }),
+        }
+    }
+
+    /// Calls entry point `entry` with an Arrow IPC stream.
+    pub(crate) fn call(
+        &mut self,
+        entry: &str,
+        input: &[u8],
+        limits: &Limits,
+        udf: &str,
+    ) -> Result<Outcome, UdfError> {
+        let func = match self.entries.iter().find(|(name, _)| name == entry) {
+            Some((_, f)) => f.clone(),
+            None => {
+                let f = self
+                    .instance
+                    .get_typed_func::<(i32, i32), i64>(&mut self.store, entry)
+                    .map_err(|e| UdfError::MissingExport {
+                        name: entry.to_string(),
+                        detail: e.to_string(),
+                    })?;
+                self.entries.push((entry.to_string(), f.clone()));
+                f
+            }
+        };
+        self.call_with(func, input, limits, udf)
+    }
+
+    fn call_with(
+        &mut self,
+        func: EntryFunc,
+        input: &[u8],
+        limits: &Limits,
+        udf: &str,
+    ) -> Result<Outcome, UdfError> {
+        self.arm(limits);
+        let memory_limit = || UdfError::MemoryLimit {
+            udf: udf.to_string(),
+            limit: limits.max_memory_bytes,
+        };
+        let len = i32::try_from(input.len()).map_err(|_| memory_limit())?;
+        let ptr = self
+            .alloc
+            .call(&mut self.store, len)
+            .map_err(|e| self.call_error(e, udf, limits))?;
+        if ptr == 0 {
+            return Err(memory_limit());
+        }
+        self.memory
+            .write(&mut self.store, ptr as u32 as usize, input)
+            .map_err(|_| bad_output(udf, "lancet_alloc returned a buffer outside its memory"))?;
+        let packed = func
+            .call(&mut self.store, (ptr, len))
+            .map_err(|e| self.call_error(e, udf, limits))?;
+        self.read_result(packed as u64, limits, udf)
+    }
+
+    fn read_result(&self, packed: u64, limits: &Limits, udf: &str) -> Result<Outcome, UdfError> {
+        let (ptr, len) = ((packed >> 32) as usize, (packed & 0xffff_ffff) as usize);
+        if len == 0 {
+            return Err(bad_output(udf, "empty result buffer (no status byte)"));
+        }
+        if len - 1 > limits.max_output_bytes {
+            return Err(UdfError::OutputTooLarge {
+                udf: udf.to_string(),
+                size: len - 1,
+                limit: limits.max_output_bytes,
+            });
+        }
+        let data = self.memory.data(&self.store);
+        let bytes = data.get(ptr..ptr + len).ok_or_else(|| {
+            bad_output(
+                udf,
+                &format!("result buffer {ptr:#x}+{len} lies outside guest memory"),
+            )
+        })?;
+        match bytes[0] {
+            STATUS_OK => Ok(Outcome::Ok(Buffer::from_slice_ref(&bytes[1..]))),
+            STATUS_ERROR => {
+                let message = &bytes[1..bytes.len().min(MAX_MESSAGE + 1)];
+                Ok(Outcome::GuestError(
+                    String::from_utf8_lossy(message).into_owned(),
+                ))
+            }
+            other => Err(bad_output(udf, &format!("unknown status byte {other}"))),
+        }
+    }
+
+    /// Classifies a failed guest call: which limit it hit, or which trap it raised.
+    fn call_error(&mut self, err: wasmtime::Error, udf: &str, limits: &Limits) -> UdfError {
+        classify(err, self.store.data_mut(), udf, limits)
+    }
+}
+
+fn instantiate_error(
+    err: wasmtime::Error,
+    store: &mut Store<HostState>,
+    udf: &str,
+    limits: &Limits,
+) -> UdfError {
+    if err.chain().any(|e| {
+        e.downcast_ref::<wasmtime::PoolConcurrencyLimitError>()
+            .is_some()
+    }) {
+        return UdfError::Busy(format!("no free instance slot for {udf}: {err}"));
+    }
+    classify(err, store.data_mut(), udf, limits)
+}
+
+fn classify(err: wasmtime::Error, state: &mut HostState, udf: &str, limits: &Limits) -> UdfError {
+    let udf = udf.to_string();
+    if state.limiter.hit {
+        return UdfError::MemoryLimit {
+            udf,
+            limit: limits.max_memory_bytes,
+        };
+    }
+    match err.downcast_ref::<Trap>() {
+        Some(Trap::Interrupt) => UdfError::Timeout {
+            udf,
+            limit: limits.timeout,
+        },
+        Some(Trap::StackOverflow) => UdfError::StackOverflow {
+            udf,
+            limit: limits.max_stack_bytes,
+        },
+        Some(trap) => {
+            let mut message = trap.to_string();
+            if let Some(line) = state.last_log.take() {
+                message.push_str(&format!(" (guest's last log line: {line})"));
+            }
+            UdfError::Trap { udf, message }
+        }
+        None => UdfError::Trap {
+            udf,
+            message: format!("{err:#}"),
+        },
+    }
+}
+
+fn bad_output(udf: &str, reason: &str) -> UdfError {
+    UdfError::BadOutput {
+        udf: udf.to_string(),
+        reason: reason.to_string(),
+    }
+}

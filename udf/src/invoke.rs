@@ -1,0 +1,208 @@
+//! Running a prepared UDF over a batch: split into calls of at most `max_rows_per_call` rows,
+//! run each in a tenant's instance under limits, validate, and stitch the results together.
+
+use std::cell::RefCell;
+use std::sync::atomic::Ordering;
+
+use arrow_array::{ArrayRef, RecordBatch, new_null_array};
+use arrow_schema::DataType;
+
+use crate::UdfError;
+use crate::codec::{decode_output, encode_input};
+use crate::instance::Outcome;
+use crate::limits::Limits;
+use crate::manifest::OnError;
+use crate::runtime::{PreparedUdf, Runtime};
+
+/// The result of [`Runtime::invoke_with_stats`].
+#[derive(Debug)]
+pub struct InvokeOutput {
+    pub array: ArrayRef,
+    /// Rows that failed and were set to null (only under `on_error: null`).
+    pub nulled_rows: usize,
+}
+
+/// Part of a result: computed values, or rows that failed under `on_error: null`.
+enum Piece {
+    Values(ArrayRef),
+    Failed(usize, UdfError),
+}
+
+/// Input scratch per thread: an encoded batch is copied into the guest right away, so one
+/// buffer per thread is enough and its capacity is reused from call to call.
+const MAX_KEPT_SCRATCH: usize = 64 << 20;
+thread_local! {
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Runtime {
+    /// Runs `udf` over `input` for `tenant` under `limits` (lowered by the manifest's own).
+    /// The result has `input.num_rows()` rows and, if `expected` is given, that type.
+    pub fn invoke(
+        &self,
+        udf: &PreparedUdf,
+        tenant: &str,
+        input: &RecordBatch,
+        expected: Option<&DataType>,
+        limits: &Limits,
+    ) -> Result<ArrayRef, UdfError> {
+        self.invoke_with_stats(udf, tenant, input, expected, limits)
+            .map(|out| out.array)
+    }
+
+    /// [`invoke`](Self::invoke), also reporting how many rows `on_error: null` nulled.
+    pub fn invoke_with_stats(
+        &self,
+        udf: &PreparedUdf,
+        tenant: &str,
+        input: &RecordBatch,
+        expected: Option<&DataType>,
+        limits: &Limits,
+    ) -> Result<InvokeOutput, UdfError> {
+        let limits = limits.tightened_by(udf.manifest.limits.as_ref());
+        let rows = input.num_rows();
+        let step = limits.max_rows_per_call.max(1);
+        let mut pieces = Vec::new();
+        let mut offset = 0;
+        loop {
+            let len = step.min(rows - offset);
+            let chunk = if len == rows {
+                input.clone()
+            } else {
+                input.slice(offset, len)
+            };
+            self.run_chunk(udf, tenant, &chunk, expected, &limits, &mut pieces)?;
+            offset += len;
+            if offset >= rows {
+                break;
+            }
+        }
+        let out = assemble(pieces, expected)?;
+        udf.nulled_rows
+            .fetch_add(out.nulled_rows as u64, Ordering::Relaxed);
+        Ok(out)
+    }
+
+    /// One call, or under `on_error: null` a bisection down to the failing rows.
+    fn run_chunk(
+        &self,
+        udf: &PreparedUdf,
+        tenant: &str,
+        chunk: &RecordBatch,
+        expected: Option<&DataType>,
+        limits: &Limits,
+        pieces: &mut Vec<Piece>,
+    ) -> Result<(), UdfError> {
+        match self.call_once(udf, tenant, chunk, expected, limits) {
+            Ok(array) => pieces.push(Piece::Values(array)),
+            Err(e) if udf.manifest.on_error == OnError::Null && is_row_failure(&e) => {
+                let n = chunk.num_rows();
+                if n <= 1 {
+                    pieces.push(Piece::Failed(n, e));
+                } else {
+                    let half = n / 2;
+                    for (off, len) in [(0, half), (half, n - half)] {
+                        self.run_chunk(
+                            udf,
+                            tenant,
+                            &chunk.slice(off, len),
+                            expected,
+                            limits,
+                            pieces,
+                        )?;
+                    }
+                }
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(())
+    }
+
+    fn call_once(
+        &self,
+        udf: &PreparedUdf,
+        tenant: &str,
+        chunk: &RecordBatch,
+        expected: Option<&DataType>,
+        limits: &Limits,
+    ) -> Result<ArrayRef, UdfError> {
+        let mut instance = self.checkout(udf, tenant, limits)?;
+        let outcome = SCRATCH.with_borrow_mut(|scratch| {
+            encode_input(chunk, scratch)?;
+            let outcome = instance.call(&udf.manifest.entry, scratch, limits, &udf.label);
+            if scratch.capacity() > MAX_KEPT_SCRATCH {
+                *scratch = Vec::new();
+            }
+            outcome
+        });
+        let inner = &self.inner;
+        match outcome {
+            Ok(Outcome::Ok(stream)) => {
+                match decode_output(stream, chunk.num_rows(), expected, &udf.label) {
+                    Ok(array) => {
+                        inner.pool.put(tenant, &udf.instance_key, instance);
+                        Ok(array)
+                    }
+                    // A guest that produces garbage is not trusted with another call.
+                    Err(e) => {
+                        inner.counters.discarded.fetch_add(1, Ordering::Relaxed);
+                        Err(e)
+                    }
+                }
+            }
+            Ok(Outcome::GuestError(message)) => {
+                inner.pool.put(tenant, &udf.instance_key, instance);
+                Err(UdfError::Guest {
+                    udf: udf.label.clone(),
+                    message,
+                })
+            }
+            Err(e) => {
+                // A trap or limit hit can leave the instance in any state: drop it.
+                inner.counters.discarded.fetch_add(1, Ordering::Relaxed);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Failures that may depend on particular rows, so bisecting can isolate them. Limit hits
+/// and bad output are not: they fail the call however it is split (and would be slow to
+/// bisect).
+fn is_row_failure(e: &UdfError) -> bool {
+    matches!(
+        e,
+        UdfError::Guest { .. } | UdfError::Trap { .. } | UdfError::StackOverflow { .. }
+    )
+}
+
+fn assemble(pieces: Vec<Piece>, expected: Option<&DataType>) -> Result<InvokeOutput, UdfError> {
+    let data_type = expected.cloned().or_else(|| {
+        pieces.iter().find_map(|p| match p {
+            Piece::Values(a) => Some(a.data_type().clone()),
+            Piece::Failed(..) => None,
+        })
+    });
+    let mut nulled_rows = 0;
+    let mut arrays = Vec::with_capacity(pieces.len());
+    for piece in pieces {
+        match (piece, &data_type) {
+            (Piece::Values(a), _) => arrays.push(a),
+            (Piece::Failed(n, _), Some(t)) => {
+                nulled_rows += n;
+                arrays.push(new_null_array(t, n));
+            }
+            // Every row failed and no type was declared: nothing to build nulls of.
+            (Piece::Failed(_, e), None) => return Err(e),
+        }
+    }
+    let array = match arrays.len() {
+        1 => arrays.pop().expect("one array"),
+        _ => {
+            let refs: Vec<_> = arrays.iter().map(|a| a.as_ref()).collect();
+            arrow_select::concat::concat(&refs)
+                .map_err(|e| UdfError::Internal(format!("concatenating results: {e}")))?
+        }
+    };
+    Ok(InvokeOutput { array, nulled_rows })
+}
