@@ -44,14 +44,14 @@ def test_rest_namespace_client(lancet):
     lancet.create_table("r$t", rows(10))
     described = ns.describe_table(DescribeTableRequest(id=["r", "t"]))
     assert described.version == 1
-    assert ns.count_table_rows(CountTableRowsRequest(id=["r", "t"], predicate="id < 4")) == 4
+    assert ns.count_table_rows(CountTableRowsRequest(id=["r", "t"], predicate="id < 4")).count == 4
 
     # pylance opens the table through the REST namespace (describe -> location).
     ds = lance.dataset(namespace_client=ns, table_id=["r", "t"])
     assert ds.count_rows() == 10
 
     raw = ns.query_table(QueryTableRequest(id=["r", "t"], k=100, filter="id >= 7", vector={}))
-    table = pa.ipc.open_file(pa.BufferReader(raw)).read_all()
+    table = pa.ipc.open_file(pa.BufferReader(raw.data)).read_all()
     assert sorted(table["id"].to_pylist()) == [7, 8, 9]
 
     # Errors are classified by the numeric code in the body.
