@@ -31,9 +31,14 @@ pub fn status_for(code: ErrorCode) -> StatusCode {
         NamespaceNotFound | TableNotFound | TableIndexNotFound | TableTagNotFound
         | TransactionNotFound | TableVersionNotFound | TableColumnNotFound
         | TableBranchNotFound => StatusCode::NOT_FOUND,
-        NamespaceAlreadyExists | TableAlreadyExists | TableIndexAlreadyExists
-        | TableTagAlreadyExists | TableBranchAlreadyExists | ConcurrentModification
-        | NamespaceNotEmpty | InvalidTableState => StatusCode::CONFLICT,
+        NamespaceAlreadyExists
+        | TableAlreadyExists
+        | TableIndexAlreadyExists
+        | TableTagAlreadyExists
+        | TableBranchAlreadyExists
+        | ConcurrentModification
+        | NamespaceNotEmpty
+        | InvalidTableState => StatusCode::CONFLICT,
         InvalidInput | TableSchemaValidationError | Unsupported => StatusCode::BAD_REQUEST,
         PermissionDenied => StatusCode::FORBIDDEN,
         Unauthenticated => StatusCode::UNAUTHORIZED,
@@ -44,7 +49,11 @@ pub fn status_for(code: ErrorCode) -> StatusCode {
 
 impl ApiError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self { status: status_for(code), code, message: message.into() }
+        Self {
+            status: status_for(code),
+            code,
+            message: message.into(),
+        }
     }
     pub fn with_status(mut self, status: StatusCode) -> Self {
         self.status = status;
@@ -57,7 +66,10 @@ impl ApiError {
         Self::new(ErrorCode::Internal, message)
     }
     pub fn table_not_found(table: &str) -> Self {
-        Self::new(ErrorCode::TableNotFound, format!("table not found: {table}"))
+        Self::new(
+            ErrorCode::TableNotFound,
+            format!("table not found: {table}"),
+        )
     }
     pub fn column_not_found(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::TableColumnNotFound, message)
@@ -73,7 +85,11 @@ impl ApiError {
     }
     /// Re-label a lance "not found" (which lance reports without saying of what) as `code`.
     pub fn or_not_found(self, code: ErrorCode, message: impl Into<String>) -> Self {
-        if self.status == StatusCode::NOT_FOUND { Self::new(code, message) } else { self }
+        if self.status == StatusCode::NOT_FOUND {
+            Self::new(code, message)
+        } else {
+            self
+        }
     }
 }
 
@@ -81,8 +97,32 @@ impl ApiError {
 /// `Execution`/`IO` variants lance uses for real failures; these are the message shapes that
 /// mean "the caller's expression is wrong".
 fn classify_message(msg: &str) -> Option<ErrorCode> {
-    const MISSING: &[&str] = &["No field named", "Column not found", "not found in schema", "does not exist in schema", "FieldNotFound", "Field not found", "is not a field of"];
-    const BAD: &[&str] = &["SQL error", "ParserError", "Error during planning", "Schema error", "Invalid user input", "sql parser error", "Cannot cast", "Cast error", "type_coercion", "Arrow error: Invalid argument", "Invalid argument", "Unsupported SQL", "invalid filter", "Invalid filter", "Expected"];
+    const MISSING: &[&str] = &[
+        "No field named",
+        "Column not found",
+        "not found in schema",
+        "does not exist in schema",
+        "FieldNotFound",
+        "Field not found",
+        "is not a field of",
+    ];
+    const BAD: &[&str] = &[
+        "SQL error",
+        "ParserError",
+        "Error during planning",
+        "Schema error",
+        "Invalid user input",
+        "sql parser error",
+        "Cannot cast",
+        "Cast error",
+        "type_coercion",
+        "Arrow error: Invalid argument",
+        "Invalid argument",
+        "Unsupported SQL",
+        "invalid filter",
+        "Invalid filter",
+        "Expected",
+    ];
     if MISSING.iter().any(|m| msg.contains(m)) {
         return Some(ErrorCode::TableColumnNotFound);
     }

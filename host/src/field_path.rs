@@ -11,7 +11,8 @@ pub fn parse(path: &str) -> ApiResult<Vec<String>> {
     if path.trim().is_empty() {
         return Err(ApiError::invalid("field path must not be empty"));
     }
-    lance_core::datatypes::parse_field_path(path).map_err(|e| ApiError::invalid(format!("invalid field path '{path}': {e}")))
+    lance_core::datatypes::parse_field_path(path)
+        .map_err(|e| ApiError::invalid(format!("invalid field path '{path}': {e}")))
 }
 
 /// Check that a well-formed path names a column; otherwise `TableColumnNotFound` (404).
@@ -19,7 +20,9 @@ pub fn resolve(schema: &Schema, path: &str) -> ApiResult<()> {
     parse(path)?;
     match schema.resolve(path) {
         Some(fields) if !fields.is_empty() => Ok(()),
-        _ => Err(ApiError::column_not_found(format!("no column at field path '{path}'"))),
+        _ => Err(ApiError::column_not_found(format!(
+            "no column at field path '{path}'"
+        ))),
     }
 }
 

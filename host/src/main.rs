@@ -4,7 +4,11 @@ use clap::{Parser, Subcommand};
 use lancet::config::ServeConfig;
 
 #[derive(Parser)]
-#[command(name = "lancet", version, about = "A server for versioned Lance tables with Wasm UDF virtual columns")]
+#[command(
+    name = "lancet",
+    version,
+    about = "A server for versioned Lance tables with Wasm UDF virtual columns"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -19,10 +23,16 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("LANCET_LOG").unwrap_or_else(|_| "info,lance=warn,lance_namespace_impls=warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("LANCET_LOG")
+                .unwrap_or_else(|_| "info,lance=warn,lance_namespace_impls=warn".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
     let result = match cli.command {
         Command::Serve(config) => runtime.block_on(lancet::server::serve(config)),
     };

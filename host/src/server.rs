@@ -15,7 +15,11 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
     let root = config.root_uri()?;
     let session = Arc::new(Session::default());
     let catalog = Catalog::open(&root, session.clone()).await?;
-    Ok(Arc::new(App { catalog, store: Store::new(session), virtual_columns: VirtualColumns::new() }))
+    Ok(Arc::new(App {
+        catalog,
+        store: Store::new(session),
+        virtual_columns: VirtualColumns::new(),
+    }))
 }
 
 /// Serve until SIGINT/SIGTERM; requests in flight (writes included) finish before exit.
@@ -27,7 +31,9 @@ pub async fn serve(config: ServeConfig) -> anyhow_like::Result<()> {
     println!("listening on http://{addr}");
     tracing::info!(%addr, root = %app.catalog.root(), "lancet serving");
     let service = http::service(app, config.max_body_mb * 1024 * 1024);
-    axum::serve(listener, service).with_graceful_shutdown(shutdown_signal()).await?;
+    axum::serve(listener, service)
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
     tracing::info!("lancet stopped");
     Ok(())
 }

@@ -101,16 +101,35 @@ impl VirtualColumns {
         Self {}
     }
 
-    pub async fn add(&self, _store: &Store, _location: &str, _branch: Option<&str>, _cols: Vec<(String, NewVirtual)>) -> ApiResult<u64> {
-        Err(ApiError::invalid("virtual columns are not available in this build"))
+    pub async fn add(
+        &self,
+        _store: &Store,
+        _location: &str,
+        _branch: Option<&str>,
+        _cols: Vec<(String, NewVirtual)>,
+    ) -> ApiResult<u64> {
+        Err(ApiError::invalid(
+            "virtual columns are not available in this build",
+        ))
     }
 
-    pub async fn alter(&self, _store: &Store, _location: &str, _branch: Option<&str>, _cols: Vec<(String, AlterVirtual)>) -> ApiResult<u64> {
-        Err(ApiError::invalid("virtual columns are not available in this build"))
+    pub async fn alter(
+        &self,
+        _store: &Store,
+        _location: &str,
+        _branch: Option<&str>,
+        _cols: Vec<(String, AlterVirtual)>,
+    ) -> ApiResult<u64> {
+        Err(ApiError::invalid(
+            "virtual columns are not available in this build",
+        ))
     }
 
     /// The hook that computes `auto_backfill` columns for rows being written.
-    pub fn insert_hook(&self) -> Box<dyn Fn(&lance::Dataset, Vec<RecordBatch>) -> ApiResult<Vec<RecordBatch>> + Sync + Send> {
+    pub fn insert_hook(
+        &self,
+    ) -> Box<dyn Fn(&lance::Dataset, Vec<RecordBatch>) -> ApiResult<Vec<RecordBatch>> + Sync + Send>
+    {
         Box::new(|_ds, batches| Ok(batches))
     }
 
@@ -127,6 +146,8 @@ impl Default for VirtualColumns {
 }
 
 #[allow(dead_code)]
-fn _hook_type_check(h: &(dyn Fn(&lance::Dataset, Vec<RecordBatch>) -> ApiResult<Vec<RecordBatch>> + Sync + Send)) -> RowHook<'_> {
+fn _hook_type_check(
+    h: &(dyn Fn(&lance::Dataset, Vec<RecordBatch>) -> ApiResult<Vec<RecordBatch>> + Sync + Send),
+) -> RowHook<'_> {
     h
 }

@@ -26,8 +26,18 @@ impl Catalog {
     pub async fn open(root: &str, session: Arc<Session>) -> ApiResult<Self> {
         // Manifest only: in dual mode a deregistered root-level table stays visible through
         // directory listing, so the `__manifest` table is the single source of truth.
-        let ns = DirectoryNamespaceBuilder::new(root).dir_listing_enabled(false).session(session).build().await.map_err(ApiError::from)?;
-        Ok(Self { ns: Arc::new(ns), root: root.to_string(), locations: Mutex::default(), commit_lock: Default::default() })
+        let ns = DirectoryNamespaceBuilder::new(root)
+            .dir_listing_enabled(false)
+            .session(session)
+            .build()
+            .await
+            .map_err(ApiError::from)?;
+        Ok(Self {
+            ns: Arc::new(ns),
+            root: root.to_string(),
+            locations: Mutex::default(),
+            commit_lock: Default::default(),
+        })
     }
 
     pub fn ns(&self) -> &dyn LanceNamespace {
@@ -48,12 +58,31 @@ impl Catalog {
         }
         // `describe_table` of a root-level table falls back to directory listing, which does not
         // see a deregistration; `table_exists` does.
-        let exists = TableExistsRequest { id: Some(id.to_vec()), ..Default::default() };
-        self.ns.table_exists(exists).await.map_err(|e| not_found_as_table(e, id))?;
-        let request = DescribeTableRequest { id: Some(id.to_vec()), load_detailed_metadata: Some(false), ..Default::default() };
-        let response = self.ns.describe_table(request).await.map_err(|e| not_found_as_table(e, id))?;
-        let location = response.location.ok_or_else(|| ApiError::table_not_found(&id.join(".")))?;
-        self.locations.lock().unwrap().insert(id.to_vec(), location.clone());
+        let exists = TableExistsRequest {
+            id: Some(id.to_vec()),
+            ..Default::default()
+        };
+        self.ns
+            .table_exists(exists)
+            .await
+            .map_err(|e| not_found_as_table(e, id))?;
+        let request = DescribeTableRequest {
+            id: Some(id.to_vec()),
+            load_detailed_metadata: Some(false),
+            ..Default::default()
+        };
+        let response = self
+            .ns
+            .describe_table(request)
+            .await
+            .map_err(|e| not_found_as_table(e, id))?;
+        let location = response
+            .location
+            .ok_or_else(|| ApiError::table_not_found(&id.join(".")))?;
+        self.locations
+            .lock()
+            .unwrap()
+            .insert(id.to_vec(), location.clone());
         Ok(location)
     }
 
@@ -87,7 +116,10 @@ impl Catalog {
 pub fn not_found_as_table(err: lance_core::Error, id: &[String]) -> ApiError {
     let api = ApiError::from(err);
     if api.status == axum::http::StatusCode::NOT_FOUND && api.code != ErrorCode::TableNotFound {
-        return ApiError::new(ErrorCode::TableNotFound, format!("table not found: {} ({})", id.join("."), api.message));
+        return ApiError::new(
+            ErrorCode::TableNotFound,
+            format!("table not found: {} ({})", id.join("."), api.message),
+        );
     }
     api
 }

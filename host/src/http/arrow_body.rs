@@ -23,9 +23,15 @@ impl ArrowBody {
 
     pub fn decode(bytes: &[u8]) -> ApiResult<Self> {
         if bytes.is_empty() {
-            return Err(ApiError::invalid("the request body must be an Arrow IPC stream; it is empty"));
+            return Err(ApiError::invalid(
+                "the request body must be an Arrow IPC stream; it is empty",
+            ));
         }
-        let bad = |e: arrow_schema::ArrowError| ApiError::invalid(format!("the request body is not a valid Arrow IPC stream: {e}"));
+        let bad = |e: arrow_schema::ArrowError| {
+            ApiError::invalid(format!(
+                "the request body is not a valid Arrow IPC stream: {e}"
+            ))
+        };
         if bytes.starts_with(b"ARROW1") {
             let reader = FileReader::try_new(Cursor::new(bytes), None).map_err(bad)?;
             let schema = reader.schema();
@@ -43,8 +49,12 @@ impl<S: Send + Sync> FromRequest<S> for ArrowBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| ApiError::invalid(e.body_text()).with_status(e.status()))?;
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(|e| ApiError::invalid(e.body_text()).with_status(e.status()))?;
         // Decoding is CPU work proportional to the body; keep it off the async workers.
-        tokio::task::spawn_blocking(move || ArrowBody::decode(&bytes)).await.map_err(|e| ApiError::internal(e.to_string()))?
+        tokio::task::spawn_blocking(move || ArrowBody::decode(&bytes))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?
     }
 }

@@ -12,7 +12,8 @@ use axum::extract::State;
 use axum::response::Response;
 use lance_namespace::ErrorCode;
 use lance_namespace::models::{
-    BatchDeleteTableVersionsRequest, CreateTableVersionRequest, DeclareTableRequest, DeregisterTableRequest, RegisterTableRequest,
+    BatchDeleteTableVersionsRequest, CreateTableVersionRequest, DeclareTableRequest,
+    DeregisterTableRequest, RegisterTableRequest,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -37,12 +38,22 @@ enum Op {
 
 enum Undo {
     Deregister(Vec<String>),
-    Register { id: Vec<String>, location: String, properties: Option<std::collections::HashMap<String, String>> },
-    DeleteVersion { id: Vec<String>, branch: Option<String>, version: i64 },
+    Register {
+        id: Vec<String>,
+        location: String,
+        properties: Option<std::collections::HashMap<String, String>>,
+    },
+    DeleteVersion {
+        id: Vec<String>,
+        branch: Option<String>,
+        version: i64,
+    },
 }
 
 fn parse_op(i: usize, v: &Value) -> ApiResult<Op> {
-    let map = v.as_object().ok_or_else(|| ApiError::invalid(format!("operations[{i}] must be an object")))?;
+    let map = v
+        .as_object()
+        .ok_or_else(|| ApiError::invalid(format!("operations[{i}] must be an object")))?;
     let present: Vec<&String> = map.keys().filter(|k| !map[k.as_str()].is_null()).collect();
     if present.len() != 1 {
         return Err(ApiError::invalid(format!(
@@ -61,7 +72,11 @@ fn parse_op(i: usize, v: &Value) -> ApiResult<Op> {
         "deregister_table" => Op::Deregister(serde_json::from_value(body).map_err(bad)?),
         "create_table_version" => Op::CreateVersion(serde_json::from_value(body).map_err(bad)?),
         "delete_table_versions" => Op::DeleteVersions(serde_json::from_value(body).map_err(bad)?),
-        other => return Err(ApiError::invalid(format!("operations[{i}]: unknown operation '{other}'"))),
+        other => {
+            return Err(ApiError::invalid(format!(
+                "operations[{i}]: unknown operation '{other}'"
+            )));
+        }
     };
     let id = match &op {
         Op::Declare(r) => &r.id,
@@ -70,7 +85,9 @@ fn parse_op(i: usize, v: &Value) -> ApiResult<Op> {
         Op::DeleteVersions(r) => &r.id,
     };
     if id.as_ref().is_none_or(|id| id.is_empty()) {
-        return Err(ApiError::invalid(format!("operations[{i}].{key} needs an 'id'")));
+        return Err(ApiError::invalid(format!(
+            "operations[{i}].{key} needs an 'id'"
+        )));
     }
     Ok(op)
 }
@@ -81,23 +98,43 @@ async fn precheck(app: &AppState, op: &Op) -> ApiResult<()> {
         Op::Declare(r) => {
             let id = r.id.clone().unwrap_or_default();
             match app.catalog.locate(&id).await {
-                Ok(_) => Err(ApiError::new(ErrorCode::TableAlreadyExists, format!("table already exists: {}", id.join(".")))),
+                Ok(_) => Err(ApiError::new(
+                    ErrorCode::TableAlreadyExists,
+                    format!("table already exists: {}", id.join(".")),
+                )),
                 Err(e) if e.code == ErrorCode::TableNotFound => Ok(()),
                 Err(e) => Err(e),
             }
         }
-        Op::Deregister(r) => app.catalog.locate(r.id.as_deref().unwrap_or_default()).await.map(|_| ()),
+        Op::Deregister(r) => app
+            .catalog
+            .locate(r.id.as_deref().unwrap_or_default())
+            .await
+            .map(|_| ()),
         Op::CreateVersion(r) => {
             if r.version < 0 || r.manifest_path.is_empty() {
-                return Err(ApiError::invalid("create_table_version needs a version >= 0 and a manifest_path"));
+                return Err(ApiError::invalid(
+                    "create_table_version needs a version >= 0 and a manifest_path",
+                ));
             }
-            app.catalog.locate(r.id.as_deref().unwrap_or_default()).await.map(|_| ())
+            app.catalog
+                .locate(r.id.as_deref().unwrap_or_default())
+                .await
+                .map(|_| ())
         }
         Op::DeleteVersions(r) => {
-            if r.ranges.iter().any(|rg| rg.start_version < 0 || rg.end_version < rg.start_version) {
-                return Err(ApiError::invalid("delete_table_versions ranges must satisfy 0 <= start_version <= end_version"));
+            if r.ranges
+                .iter()
+                .any(|rg| rg.start_version < 0 || rg.end_version < rg.start_version)
+            {
+                return Err(ApiError::invalid(
+                    "delete_table_versions ranges must satisfy 0 <= start_version <= end_version",
+                ));
             }
-            app.catalog.locate(r.id.as_deref().unwrap_or_default()).await.map(|_| ())
+            app.catalog
+                .locate(r.id.as_deref().unwrap_or_default())
+                .await
+                .map(|_| ())
         }
     }
 }
@@ -114,20 +151,37 @@ async fn apply(app: &AppState, op: &Op, undo: &mut Vec<Undo>) -> ApiResult<Value
         }
         Op::Deregister(r) => {
             let id = r.id.clone().unwrap_or_default();
-            let response = ns.deregister_table(r.clone()).await.map_err(ApiError::from)?;
+            let response = ns
+                .deregister_table(r.clone())
+                .await
+                .map_err(ApiError::from)?;
             app.catalog.invalidate(&id);
             if let Some(location) = response.location.clone() {
-                undo.push(Undo::Register { id, location, properties: response.properties.clone() });
+                undo.push(Undo::Register {
+                    id,
+                    location,
+                    properties: response.properties.clone(),
+                });
             }
             Ok(json!({ "deregister_table": to_json(response)? }))
         }
         Op::CreateVersion(r) => {
-            let response = ns.create_table_version(r.clone()).await.map_err(ApiError::from)?;
-            undo.push(Undo::DeleteVersion { id: r.id.clone().unwrap_or_default(), branch: r.branch.clone(), version: r.version });
+            let response = ns
+                .create_table_version(r.clone())
+                .await
+                .map_err(ApiError::from)?;
+            undo.push(Undo::DeleteVersion {
+                id: r.id.clone().unwrap_or_default(),
+                branch: r.branch.clone(),
+                version: r.version,
+            });
             Ok(json!({ "create_table_version": to_json(response)? }))
         }
         Op::DeleteVersions(r) => {
-            let response = ns.batch_delete_table_versions(r.clone()).await.map_err(ApiError::from)?;
+            let response = ns
+                .batch_delete_table_versions(r.clone())
+                .await
+                .map_err(ApiError::from)?;
             Ok(json!({ "delete_table_versions": to_json(response)? }))
         }
     }
@@ -139,16 +193,44 @@ async fn roll_back(app: &AppState, undo: Vec<Undo>) {
         let result = match step {
             Undo::Deregister(id) => {
                 app.catalog.invalidate(&id);
-                ns.deregister_table(DeregisterTableRequest { id: Some(id), ..Default::default() }).await.map(|_| ())
+                ns.deregister_table(DeregisterTableRequest {
+                    id: Some(id),
+                    ..Default::default()
+                })
+                .await
+                .map(|_| ())
             }
-            Undo::Register { id, location, properties } => {
+            Undo::Register {
+                id,
+                location,
+                properties,
+            } => {
                 app.catalog.invalidate(&id);
                 let location = app.catalog.relative_location(&location);
-                ns.register_table(RegisterTableRequest { id: Some(id), location, properties, ..Default::default() }).await.map(|_| ())
+                ns.register_table(RegisterTableRequest {
+                    id: Some(id),
+                    location,
+                    properties,
+                    ..Default::default()
+                })
+                .await
+                .map(|_| ())
             }
-            Undo::DeleteVersion { id, branch, version } => {
-                let range = lance_namespace::models::VersionRange { start_version: version, end_version: version };
-                let request = BatchDeleteTableVersionsRequest { id: Some(id), branch, ranges: vec![range], ..Default::default() };
+            Undo::DeleteVersion {
+                id,
+                branch,
+                version,
+            } => {
+                let range = lance_namespace::models::VersionRange {
+                    start_version: version,
+                    end_version: version,
+                };
+                let request = BatchDeleteTableVersionsRequest {
+                    id: Some(id),
+                    branch,
+                    ranges: vec![range],
+                    ..Default::default()
+                };
                 ns.batch_delete_table_versions(request).await.map(|_| ())
             }
         };
@@ -158,11 +240,19 @@ async fn roll_back(app: &AppState, undo: Vec<Undo>) {
     }
 }
 
-pub async fn commit(State(app): State<AppState>, JsonBody(body): JsonBody<BatchBody>) -> ApiResult<Response> {
+pub async fn commit(
+    State(app): State<AppState>,
+    JsonBody(body): JsonBody<BatchBody>,
+) -> ApiResult<Response> {
     if body.operations.is_empty() {
         return Err(ApiError::invalid("operations must not be empty"));
     }
-    let ops: Vec<Op> = body.operations.iter().enumerate().map(|(i, v)| parse_op(i, v)).collect::<ApiResult<_>>()?;
+    let ops: Vec<Op> = body
+        .operations
+        .iter()
+        .enumerate()
+        .map(|(i, v)| parse_op(i, v))
+        .collect::<ApiResult<_>>()?;
     let _guard = app.catalog.commit_lock.lock().await;
     for op in &ops {
         precheck(&app, op).await?;
@@ -180,12 +270,23 @@ pub async fn commit(State(app): State<AppState>, JsonBody(body): JsonBody<BatchB
                 roll_back(&app, undo).await;
                 app.catalog.invalidate_all();
                 let e = match e.code {
-                    ErrorCode::TableAlreadyExists | ErrorCode::ConcurrentModification | ErrorCode::TableVersionNotFound
+                    ErrorCode::TableAlreadyExists
+                    | ErrorCode::ConcurrentModification
+                    | ErrorCode::TableVersionNotFound
                         if e.status.is_client_error() =>
                     {
-                        ApiError::conflict(format!("batch-commit operation {i} conflicted; nothing was applied: {}", e.message))
+                        ApiError::conflict(format!(
+                            "batch-commit operation {i} conflicted; nothing was applied: {}",
+                            e.message
+                        ))
                     }
-                    _ => ApiError { message: format!("batch-commit operation {i} failed; nothing was applied: {}", e.message), ..e },
+                    _ => ApiError {
+                        message: format!(
+                            "batch-commit operation {i} failed; nothing was applied: {}",
+                            e.message
+                        ),
+                        ..e
+                    },
                 };
                 return Err(e);
             }

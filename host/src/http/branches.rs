@@ -24,20 +24,33 @@ pub struct BranchBody {
 
 impl BranchBody {
     fn name(&self) -> ApiResult<&str> {
-        self.name.as_deref().filter(|n| !n.is_empty()).ok_or_else(|| ApiError::invalid("a branch 'name' is required"))
+        self.name
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| ApiError::invalid("a branch 'name' is required"))
     }
 }
 
-pub async fn create(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<BranchBody>) -> ApiResult<Response> {
+pub async fn create(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<BranchBody>,
+) -> ApiResult<Response> {
     target.check_body_id(&body.common.id)?;
     let location = app.catalog.locate(&target.id).await?;
     let from = At::new(body.from_branch.clone(), body.from_version)?;
-    app.store.create_branch(&location, body.name()?, &from).await?;
+    app.store
+        .create_branch(&location, body.name()?, &from)
+        .await?;
     Ok(reply(json!({})))
 }
 
 /// Branch contents in both snake_case and lance's camelCase (the lancedb SDK parses the latter).
-pub async fn list(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<BranchBody>) -> ApiResult<Response> {
+pub async fn list(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<BranchBody>,
+) -> ApiResult<Response> {
     target.check_body_id(&body.common.id)?;
     let (limit, token) = page(&target.params, body.limit, body.page_token)?;
     let location = app.catalog.locate(&target.id).await?;
@@ -59,7 +72,11 @@ pub async fn list(State(app): State<AppState>, target: Target, JsonBody(body): J
     Ok(reply(json!({ "branches": branches, "page_token": next })))
 }
 
-pub async fn delete(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<BranchBody>) -> ApiResult<Response> {
+pub async fn delete(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<BranchBody>,
+) -> ApiResult<Response> {
     target.check_body_id(&body.common.id)?;
     let location = app.catalog.locate(&target.id).await?;
     app.store.delete_branch(&location, body.name()?).await?;

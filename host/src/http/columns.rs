@@ -21,9 +21,11 @@ pub fn parse_data_type(value: &Value) -> ApiResult<DataType> {
         Value::String(name) => json!({ "type": name }),
         other => other.clone(),
     };
-    let json_type: JsonArrowDataType =
-        serde_json::from_value(value).map_err(|e| ApiError::invalid(format!("data_type is not a JSON Arrow type object: {e}")))?;
-    lance_namespace::schema::convert_json_arrow_type(&json_type).map_err(|e| ApiError::invalid(format!("unsupported data_type: {e}")))
+    let json_type: JsonArrowDataType = serde_json::from_value(value).map_err(|e| {
+        ApiError::invalid(format!("data_type is not a JSON Arrow type object: {e}"))
+    })?;
+    lance_namespace::schema::convert_json_arrow_type(&json_type)
+        .map_err(|e| ApiError::invalid(format!("unsupported data_type: {e}")))
 }
 
 #[derive(Deserialize)]
@@ -41,10 +43,16 @@ pub struct AddBody {
     new_columns: Vec<NewColumn>,
 }
 
-pub async fn add(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<AddBody>) -> ApiResult<Response> {
+pub async fn add(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<AddBody>,
+) -> ApiResult<Response> {
     target.check_body_id(&body.common.id)?;
     if body.new_columns.is_empty() {
-        return Err(ApiError::invalid("new_columns must name at least one column"));
+        return Err(ApiError::invalid(
+            "new_columns must name at least one column",
+        ));
     }
     let location = app.catalog.locate(&target.id).await?;
     let branch = target.branch(&body.common.branch);
@@ -57,17 +65,33 @@ pub async fn add(State(app): State<AppState>, target: Target, JsonBody(body): Js
         match (col.expression.filter(|e| !e.is_empty()), col.virtual_column) {
             (Some(expr), None) => sql.push((col.name, expr)),
             (None, Some(v)) => virtuals.push((col.name, v)),
-            (Some(_), Some(_)) => return Err(ApiError::invalid(format!("column '{}' has both an expression and a virtual_column", col.name))),
-            (None, None) => return Err(ApiError::invalid(format!("column '{}' needs an expression or a virtual_column", col.name))),
+            (Some(_), Some(_)) => {
+                return Err(ApiError::invalid(format!(
+                    "column '{}' has both an expression and a virtual_column",
+                    col.name
+                )));
+            }
+            (None, None) => {
+                return Err(ApiError::invalid(format!(
+                    "column '{}' needs an expression or a virtual_column",
+                    col.name
+                )));
+            }
         }
     }
     if !sql.is_empty() && !virtuals.is_empty() {
-        return Err(ApiError::invalid("add SQL-expression columns and virtual columns in separate requests"));
+        return Err(ApiError::invalid(
+            "add SQL-expression columns and virtual columns in separate requests",
+        ));
     }
     let version = if virtuals.is_empty() {
-        app.store.add_sql_columns(&location, branch.as_deref(), sql).await?
+        app.store
+            .add_sql_columns(&location, branch.as_deref(), sql)
+            .await?
     } else {
-        app.virtual_columns.add(&app.store, &location, branch.as_deref(), virtuals).await?
+        app.virtual_columns
+            .add(&app.store, &location, branch.as_deref(), virtuals)
+            .await?
     };
     Ok(reply(json!({ "version": version })))
 }
@@ -89,10 +113,16 @@ pub struct AlterBody {
     alterations: Vec<AlterEntry>,
 }
 
-pub async fn alter(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<AlterBody>) -> ApiResult<Response> {
+pub async fn alter(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<AlterBody>,
+) -> ApiResult<Response> {
     target.check_body_id(&body.common.id)?;
     if body.alterations.is_empty() {
-        return Err(ApiError::invalid("alterations must name at least one change"));
+        return Err(ApiError::invalid(
+            "alterations must name at least one change",
+        ));
     }
     let location = app.catalog.locate(&target.id).await?;
     let branch = target.branch(&body.common.branch);
@@ -102,28 +132,45 @@ pub async fn alter(State(app): State<AppState>, target: Target, JsonBody(body): 
         crate::field_path::parse(&a.path)?;
         if let Some(v) = a.virtual_column {
             if a.rename.is_some() || a.nullable.is_some() || a.data_type.is_some() {
-                return Err(ApiError::invalid(format!("alteration of '{}' mixes a virtual_column change with other changes", a.path)));
+                return Err(ApiError::invalid(format!(
+                    "alteration of '{}' mixes a virtual_column change with other changes",
+                    a.path
+                )));
             }
             virtuals.push((a.path, v));
             continue;
         }
         let data_type = a.data_type.as_ref().map(parse_data_type).transpose()?;
         if a.rename.is_none() && a.nullable.is_none() && data_type.is_none() {
-            return Err(ApiError::invalid(format!("alteration of '{}' changes nothing", a.path)));
+            return Err(ApiError::invalid(format!(
+                "alteration of '{}' changes nothing",
+                a.path
+            )));
         }
-        plain.push(Alteration { path: a.path, rename: a.rename, nullable: a.nullable, data_type });
+        plain.push(Alteration {
+            path: a.path,
+            rename: a.rename,
+            nullable: a.nullable,
+            data_type,
+        });
     }
     if !plain.is_empty() && !virtuals.is_empty() {
-        return Err(ApiError::invalid("alter virtual columns and other columns in separate requests"));
+        return Err(ApiError::invalid(
+            "alter virtual columns and other columns in separate requests",
+        ));
     }
     let ds = app.store.latest(&location, branch.as_deref()).await?;
     for a in &plain {
         crate::field_path::resolve(ds.schema(), &a.path)?;
     }
     let version = if virtuals.is_empty() {
-        app.store.alter_columns(&location, branch.as_deref(), plain).await?
+        app.store
+            .alter_columns(&location, branch.as_deref(), plain)
+            .await?
     } else {
-        app.virtual_columns.alter(&app.store, &location, branch.as_deref(), virtuals).await?
+        app.virtual_columns
+            .alter(&app.store, &location, branch.as_deref(), virtuals)
+            .await?
     };
     Ok(reply(json!({ "version": version })))
 }
@@ -136,7 +183,11 @@ pub struct DropBody {
     columns: Vec<String>,
 }
 
-pub async fn drop(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<DropBody>) -> ApiResult<Response> {
+pub async fn drop(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<DropBody>,
+) -> ApiResult<Response> {
     target.check_body_id(&body.common.id)?;
     let location = app.catalog.locate(&target.id).await?;
     let branch = target.branch(&body.common.branch);
@@ -144,6 +195,9 @@ pub async fn drop(State(app): State<AppState>, target: Target, JsonBody(body): J
     for c in &body.columns {
         crate::field_path::resolve(ds.schema(), c)?;
     }
-    let version = app.store.drop_columns(&location, branch.as_deref(), body.columns).await?;
+    let version = app
+        .store
+        .drop_columns(&location, branch.as_deref(), body.columns)
+        .await?;
     Ok(reply(json!({ "version": version })))
 }

@@ -24,33 +24,64 @@ async fn is_declared_only(app: &AppState, location: &str, branch: Option<&str>) 
     }
 }
 
-pub async fn insert(State(app): State<AppState>, target: Target, body: ArrowBody) -> ApiResult<Response> {
+pub async fn insert(
+    State(app): State<AppState>,
+    target: Target,
+    body: ArrowBody,
+) -> ApiResult<Response> {
     let location = app.catalog.locate(&target.id).await?;
     let branch = target.branch(&None);
     let overwrite = match target.params.get("mode") {
         None | Some("") => false,
         Some(m) if m.eq_ignore_ascii_case("append") => false,
         Some(m) if m.eq_ignore_ascii_case("overwrite") => true,
-        Some(m) => return Err(ApiError::invalid(format!("unknown insert mode '{m}': use append or overwrite"))),
+        Some(m) => {
+            return Err(ApiError::invalid(format!(
+                "unknown insert mode '{m}': use append or overwrite"
+            )));
+        }
     };
     let rows = body.num_rows();
     let ds = if is_declared_only(&app, &location, branch.as_deref()).await? {
         let batches = app.virtual_columns.fill_new_table(body.batches)?;
-        app.store.create_at(&location, batches, body.schema, lance::dataset::WriteMode::Create).await?
+        app.store
+            .create_at(
+                &location,
+                batches,
+                body.schema,
+                lance::dataset::WriteMode::Create,
+            )
+            .await?
     } else {
         let hook = app.virtual_columns.insert_hook();
-        app.store.insert(&location, branch.as_deref(), body.batches, overwrite, Some(&*hook)).await?
+        app.store
+            .insert(
+                &location,
+                branch.as_deref(),
+                body.batches,
+                overwrite,
+                Some(&*hook),
+            )
+            .await?
     };
-    Ok(reply(json!({ "num_inserted_rows": rows, "version": ds.version().version })))
+    Ok(reply(
+        json!({ "num_inserted_rows": rows, "version": ds.version().version }),
+    ))
 }
 
-pub async fn merge_insert(State(app): State<AppState>, target: Target, body: ArrowBody) -> ApiResult<Response> {
+pub async fn merge_insert(
+    State(app): State<AppState>,
+    target: Target,
+    body: ArrowBody,
+) -> ApiResult<Response> {
     let location = app.catalog.locate(&target.id).await?;
     let branch = target.branch(&None);
     let p = &target.params;
     let on: Vec<String> = p.all("on").into_iter().filter(|o| !o.is_empty()).collect();
     if on.is_empty() {
-        return Err(ApiError::invalid("merge_insert needs at least one 'on' column"));
+        return Err(ApiError::invalid(
+            "merge_insert needs at least one 'on' column",
+        ));
     }
     let timeout = match p.get("timeout").filter(|t| !t.is_empty()) {
         Some(t) => Some(parse_duration(t)?),
@@ -62,7 +93,9 @@ pub async fn merge_insert(State(app): State<AppState>, target: Target, body: Arr
         when_matched_update_all_filt: p.string("when_matched_update_all_filt"),
         // As upstream: inserting unmatched rows is the default unless explicitly turned off.
         when_not_matched_insert_all: p.bool("when_not_matched_insert_all")?.unwrap_or(true),
-        when_not_matched_by_source_delete: p.bool("when_not_matched_by_source_delete")?.unwrap_or(false),
+        when_not_matched_by_source_delete: p
+            .bool("when_not_matched_by_source_delete")?
+            .unwrap_or(false),
         when_not_matched_by_source_delete_filt: p.string("when_not_matched_by_source_delete_filt"),
         timeout,
         use_index: p.bool("use_index")?,
@@ -70,13 +103,30 @@ pub async fn merge_insert(State(app): State<AppState>, target: Target, body: Arr
     if is_declared_only(&app, &location, branch.as_deref()).await? {
         let rows = body.num_rows();
         let batches = app.virtual_columns.fill_new_table(body.batches)?;
-        let ds = app.store.create_at(&location, batches, body.schema, lance::dataset::WriteMode::Create).await?;
+        let ds = app
+            .store
+            .create_at(
+                &location,
+                batches,
+                body.schema,
+                lance::dataset::WriteMode::Create,
+            )
+            .await?;
         return Ok(reply(json!({
             "num_updated_rows": 0, "num_inserted_rows": rows, "num_deleted_rows": 0, "version": ds.version().version
         })));
     }
     let hook = app.virtual_columns.insert_hook();
-    let counts = app.store.merge_insert(&location, branch.as_deref(), body.batches, &opts, Some(&*hook)).await?;
+    let counts = app
+        .store
+        .merge_insert(
+            &location,
+            branch.as_deref(),
+            body.batches,
+            &opts,
+            Some(&*hook),
+        )
+        .await?;
     Ok(reply(json!({
         "num_updated_rows": counts.updated,
         "num_inserted_rows": counts.inserted,
@@ -86,7 +136,11 @@ pub async fn merge_insert(State(app): State<AppState>, target: Target, body: Arr
 }
 
 fn parse_duration(text: &str) -> ApiResult<Duration> {
-    humantime::parse_duration(text).map_err(|e| ApiError::invalid(format!("timeout '{text}' is not a duration such as 30s or 5m: {e}")))
+    humantime::parse_duration(text).map_err(|e| {
+        ApiError::invalid(format!(
+            "timeout '{text}' is not a duration such as 30s or 5m: {e}"
+        ))
+    })
 }
 
 #[derive(Deserialize, Default)]
@@ -98,21 +152,38 @@ pub struct UpdateBody {
     updates: Vec<Vec<String>>,
 }
 
-pub async fn update(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<UpdateBody>) -> ApiResult<Response> {
+pub async fn update(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<UpdateBody>,
+) -> ApiResult<Response> {
     target.check_body_id(&body.common.id)?;
     let mut updates = Vec::with_capacity(body.updates.len());
     for (i, pair) in body.updates.into_iter().enumerate() {
-        let [col, expr]: [String; 2] = pair
-            .try_into()
-            .map_err(|p: Vec<String>| ApiError::invalid(format!("updates[{i}] must be a [column, expression] pair, got {} elements", p.len())))?;
+        let [col, expr]: [String; 2] = pair.try_into().map_err(|p: Vec<String>| {
+            ApiError::invalid(format!(
+                "updates[{i}] must be a [column, expression] pair, got {} elements",
+                p.len()
+            ))
+        })?;
         if updates.iter().any(|(c, _): &(String, String)| *c == col) {
-            return Err(ApiError::invalid(format!("column '{col}' is updated more than once")));
+            return Err(ApiError::invalid(format!(
+                "column '{col}' is updated more than once"
+            )));
         }
         updates.push((col, expr));
     }
     let location = app.catalog.locate(&target.id).await?;
     let branch = target.branch(&body.common.branch);
-    let (rows, version) = app.store.update(&location, branch.as_deref(), &updates, body.predicate.as_deref()).await?;
+    let (rows, version) = app
+        .store
+        .update(
+            &location,
+            branch.as_deref(),
+            &updates,
+            body.predicate.as_deref(),
+        )
+        .await?;
     Ok(reply(json!({ "updated_rows": rows, "version": version })))
 }
 
@@ -124,12 +195,21 @@ pub struct DeleteBody {
     predicate: Option<String>,
 }
 
-pub async fn delete(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<DeleteBody>) -> ApiResult<Response> {
+pub async fn delete(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<DeleteBody>,
+) -> ApiResult<Response> {
     target.check_body_id(&body.common.id)?;
-    let predicate = body.predicate.ok_or_else(|| ApiError::invalid("delete needs a 'predicate'"))?;
+    let predicate = body
+        .predicate
+        .ok_or_else(|| ApiError::invalid("delete needs a 'predicate'"))?;
     let location = app.catalog.locate(&target.id).await?;
     let branch = target.branch(&body.common.branch);
-    let version = app.store.delete(&location, branch.as_deref(), &predicate).await?;
+    let version = app
+        .store
+        .delete(&location, branch.as_deref(), &predicate)
+        .await?;
     Ok(reply(json!({ "version": version })))
 }
 
@@ -143,7 +223,11 @@ pub struct CountBody {
 }
 
 /// Answers a bare JSON integer (spec 4.5).
-pub async fn count_rows(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<CountBody>) -> ApiResult<Response> {
+pub async fn count_rows(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<CountBody>,
+) -> ApiResult<Response> {
     target.check_body_id(&body.common.id)?;
     let location = app.catalog.locate(&target.id).await?;
     let version = body.version.or(target.params.int("version")?);

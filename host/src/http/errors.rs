@@ -24,11 +24,20 @@ impl IntoResponse for ApiError {
 fn type_and_title(status: StatusCode) -> (&'static str, &'static str) {
     match status.as_u16() {
         400 => ("/errors/bad-request", "Malformed request"),
-        401 => ("/errors/unauthorized-request", "No valid authentication credentials for the operation"),
-        403 => ("/errors/forbidden-request", "Not authorized to make this request"),
+        401 => (
+            "/errors/unauthorized-request",
+            "No valid authentication credentials for the operation",
+        ),
+        403 => (
+            "/errors/forbidden-request",
+            "Not authorized to make this request",
+        ),
         404 => ("/errors/not-found-error", "Not found Error"),
         405 => ("/errors/method-not-allowed", "Method not allowed"),
-        409 => ("/errors/conflict", "The namespace has been concurrently modified"),
+        409 => (
+            "/errors/conflict",
+            "The namespace has been concurrently modified",
+        ),
         413 => ("/errors/payload-too-large", "Request body too large"),
         503 => ("/errors/service-unavailable", "Slow down"),
         s if s < 500 => ("/errors/bad-request", "Malformed request"),
@@ -64,24 +73,52 @@ pub async fn render_errors(request: Request, next: Next) -> Response {
         }
         err.clone()
     } else {
-        let is_json = response.headers().get(header::CONTENT_TYPE).is_some_and(|ct| ct.as_bytes().starts_with(b"application/json"));
+        let is_json = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|ct| ct.as_bytes().starts_with(b"application/json"));
         if is_json {
             return response;
         }
         let (parts, body) = response.into_parts();
-        let text = axum::body::to_bytes(body, 64 * 1024).await.unwrap_or_default();
+        let text = axum::body::to_bytes(body, 64 * 1024)
+            .await
+            .unwrap_or_default();
         let text = String::from_utf8_lossy(&text).trim().to_string();
         let (code, message) = match parts.status {
             StatusCode::NOT_FOUND => (ErrorCode::Unsupported, format!("no such route: {instance}")),
-            StatusCode::METHOD_NOT_ALLOWED => (ErrorCode::Unsupported, format!("method not allowed on {instance}")),
-            StatusCode::PAYLOAD_TOO_LARGE => (ErrorCode::InvalidInput, "request body exceeds the server's limit".to_string()),
-            s if s.is_client_error() => (ErrorCode::InvalidInput, if text.is_empty() { s.to_string() } else { text }),
-            _ => (ErrorCode::Internal, if text.is_empty() { "internal error".to_string() } else { text }),
+            StatusCode::METHOD_NOT_ALLOWED => (
+                ErrorCode::Unsupported,
+                format!("method not allowed on {instance}"),
+            ),
+            StatusCode::PAYLOAD_TOO_LARGE => (
+                ErrorCode::InvalidInput,
+                "request body exceeds the server's limit".to_string(),
+            ),
+            s if s.is_client_error() => (
+                ErrorCode::InvalidInput,
+                if text.is_empty() { s.to_string() } else { text },
+            ),
+            _ => (
+                ErrorCode::Internal,
+                if text.is_empty() {
+                    "internal error".to_string()
+                } else {
+                    text
+                },
+            ),
         };
-        ApiError { status: parts.status, code, message }
+        ApiError {
+            status: parts.status,
+            code,
+            message,
+        }
     };
     let mut rendered = (err.status, axum::Json(error_json(&err, &instance))).into_response();
-    rendered.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    rendered.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     rendered
 }
 

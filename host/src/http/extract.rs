@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
 use bytes::Bytes;
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 
 use crate::error::{ApiError, ApiResult};
 
@@ -18,13 +18,25 @@ pub struct Params(Vec<(String, String)>);
 
 impl Params {
     pub fn parse(raw: Option<&str>) -> Self {
-        Self(url::form_urlencoded::parse(raw.unwrap_or("").as_bytes()).map(|(k, v)| (k.into_owned(), v.into_owned())).collect())
+        Self(
+            url::form_urlencoded::parse(raw.unwrap_or("").as_bytes())
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect(),
+        )
     }
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.0.iter().rev().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+        self.0
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
     pub fn all(&self, key: &str) -> Vec<String> {
-        self.0.iter().filter(|(k, _)| k == key).map(|(_, v)| v.clone()).collect()
+        self.0
+            .iter()
+            .filter(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+            .collect()
     }
     pub fn string(&self, key: &str) -> Option<String> {
         self.get(key).filter(|v| !v.is_empty()).map(str::to_string)
@@ -34,13 +46,19 @@ impl Params {
             None | Some("") => Ok(None),
             Some(v) if v.eq_ignore_ascii_case("true") || v == "1" => Ok(Some(true)),
             Some(v) if v.eq_ignore_ascii_case("false") || v == "0" => Ok(Some(false)),
-            Some(v) => Err(ApiError::invalid(format!("query parameter '{key}' must be true or false, got '{v}'"))),
+            Some(v) => Err(ApiError::invalid(format!(
+                "query parameter '{key}' must be true or false, got '{v}'"
+            ))),
         }
     }
     pub fn int(&self, key: &str) -> ApiResult<Option<i64>> {
         match self.get(key) {
             None | Some("") | Some("null") => Ok(None),
-            Some(v) => v.parse().map(Some).map_err(|_| ApiError::invalid(format!("query parameter '{key}' must be an integer, got '{v}'"))),
+            Some(v) => v.parse().map(Some).map_err(|_| {
+                ApiError::invalid(format!(
+                    "query parameter '{key}' must be an integer, got '{v}'"
+                ))
+            }),
         }
     }
 }
@@ -85,10 +103,19 @@ impl<S: Send + Sync> FromRequestParts<S> for Target {
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
         let params = Params::parse(parts.uri.query());
-        let path = Path::<HashMap<String, String>>::from_request_parts(parts, state).await.map_err(|e| ApiError::invalid(e.body_text()))?;
-        let delimiter = params.get("delimiter").filter(|d| !d.is_empty()).unwrap_or("$").to_string();
+        let path = Path::<HashMap<String, String>>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::invalid(e.body_text()))?;
+        let delimiter = params
+            .get("delimiter")
+            .filter(|d| !d.is_empty())
+            .unwrap_or("$")
+            .to_string();
         let raw = path.get("id").map(String::as_str).unwrap_or("");
-        Ok(Target { id: split_id(raw, &delimiter), params })
+        Ok(Target {
+            id: split_id(raw, &delimiter),
+            params,
+        })
     }
 }
 
@@ -99,12 +126,20 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = Bytes::from_request(req, state).await.map_err(|e| {
-            ApiError::invalid(e.body_text()).with_status(e.status())
-        })?;
-        let text = std::str::from_utf8(&bytes).map_err(|_| ApiError::invalid("request body is not UTF-8"))?.trim();
-        let text = if text.is_empty() || text == "null" { "{}" } else { text };
-        serde_json::from_str(text).map(JsonBody).map_err(|e| ApiError::invalid(format!("malformed JSON body: {e}")))
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(|e| ApiError::invalid(e.body_text()).with_status(e.status()))?;
+        let text = std::str::from_utf8(&bytes)
+            .map_err(|_| ApiError::invalid("request body is not UTF-8"))?
+            .trim();
+        let text = if text.is_empty() || text == "null" {
+            "{}"
+        } else {
+            text
+        };
+        serde_json::from_str(text)
+            .map(JsonBody)
+            .map_err(|e| ApiError::invalid(format!("malformed JSON body: {e}")))
     }
 }
 
@@ -119,18 +154,28 @@ pub struct Common {
 }
 
 /// Pagination fields a list request may carry in its body or its query.
-pub fn page(params: &Params, body_limit: Option<i64>, body_token: Option<String>) -> ApiResult<(Option<usize>, Option<String>)> {
+pub fn page(
+    params: &Params,
+    body_limit: Option<i64>,
+    body_token: Option<String>,
+) -> ApiResult<(Option<usize>, Option<String>)> {
     let limit = match body_limit.or(params.int("limit")?) {
         Some(l) if l < 0 => return Err(ApiError::invalid(format!("limit must be >= 0, got {l}"))),
         Some(l) => Some(l as usize),
         None => None,
     };
-    let token = body_token.or_else(|| params.string("page_token")).filter(|t| !t.is_empty());
+    let token = body_token
+        .or_else(|| params.string("page_token"))
+        .filter(|t| !t.is_empty());
     Ok((limit, token))
 }
 
 /// Sorted pagination over names: the token is the last name of the previous page.
-pub fn paginate<T>(mut items: Vec<(String, T)>, limit: Option<usize>, token: Option<&str>) -> (Vec<(String, T)>, Option<String>) {
+pub fn paginate<T>(
+    mut items: Vec<(String, T)>,
+    limit: Option<usize>,
+    token: Option<&str>,
+) -> (Vec<(String, T)>, Option<String>) {
     items.sort_by(|a, b| a.0.cmp(&b.0));
     if let Some(t) = token {
         items.retain(|(name, _)| name.as_str() > t);

@@ -17,7 +17,6 @@ mod tables;
 mod versions;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
@@ -43,11 +42,17 @@ pub fn routes() -> Router<AppState> {
         .route("/healthz", get(|| async { "ok" }))
         // Namespaces
         .route("/v1/namespace/{id}/create", post(namespaces::create))
-        .route("/v1/namespace/{id}/list", get(namespaces::list).post(namespaces::list))
+        .route(
+            "/v1/namespace/{id}/list",
+            get(namespaces::list).post(namespaces::list),
+        )
         .route("/v1/namespace/{id}/describe", post(namespaces::describe))
         .route("/v1/namespace/{id}/drop", post(namespaces::drop))
         .route("/v1/namespace/{id}/exists", post(namespaces::exists))
-        .route("/v1/namespace/{id}/table/list", get(namespaces::list_tables).post(namespaces::list_tables))
+        .route(
+            "/v1/namespace/{id}/table/list",
+            get(namespaces::list_tables).post(namespaces::list_tables),
+        )
         // Tables: catalog
         .route("/v1/table", get(tables::list_all))
         .route("/v1/table/{id}/create", post(tables::create))
@@ -88,20 +93,32 @@ pub fn routes() -> Router<AppState> {
 
 /// The full service: routes plus the cross-cutting layers (error rendering, panics, body
 /// limit, request ids, tracing), with trailing slashes ignored.
-pub fn service(state: AppState, body_limit: usize) -> axum::routing::IntoMakeService<tower_http::normalize_path::NormalizePath<Router>> {
+pub fn service(
+    state: AppState,
+    body_limit: usize,
+) -> axum::routing::IntoMakeService<tower_http::normalize_path::NormalizePath<Router>> {
     use tower::Layer;
     let router = routes()
         .fallback(errors::no_route)
         .with_state(state)
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn(errors::render_errors))
-        .layer(CatchPanicLayer::custom(|_panic: Box<dyn std::any::Any + Send>| {
-            ApiError::internal("the server hit an internal fault handling this request").into_response()
-        }))
+        .layer(CatchPanicLayer::custom(
+            |_panic: Box<dyn std::any::Any + Send>| {
+                ApiError::internal("the server hit an internal fault handling this request")
+                    .into_response()
+            },
+        ))
         .layer(middleware::from_fn(render_panics))
         .layer(middleware::from_fn(response_headers))
-        .layer(TraceLayer::new_for_http());
-    axum::ServiceExt::<Request>::into_make_service(tower_http::normalize_path::NormalizePathLayer::trim_trailing_slash().layer(router))
+        .layer(
+            TraceLayer::new_for_http()
+                .on_request(())
+                .on_response(tower_http::trace::DefaultOnResponse::new().level(tracing::Level::INFO)),
+        );
+    axum::ServiceExt::<Request>::into_make_service(
+        tower_http::normalize_path::NormalizePathLayer::trim_trailing_slash().layer(router),
+    )
 }
 
 /// A panic caught by `CatchPanicLayer` is outside `render_errors`; render it here.
@@ -122,7 +139,10 @@ async fn response_headers(request: Request, next: Next) -> Response {
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         headers.insert(HeaderName::from_static("x-request-id"), v);
     }
-    headers.insert(HeaderName::from_static("phalanx-version"), HeaderValue::from_static(PHALANX_VERSION));
+    headers.insert(
+        HeaderName::from_static("phalanx-version"),
+        HeaderValue::from_static(PHALANX_VERSION),
+    );
     response
 }
 
@@ -130,13 +150,15 @@ async fn response_headers(request: Request, next: Next) -> Response {
 /// `header.<name>` entries too.
 pub fn reply(mut body: Value) -> Response {
     if let Value::Object(map) = &mut body {
-        let context = map.entry("context").or_insert_with(|| Value::Object(Default::default()));
+        let context = map
+            .entry("context")
+            .or_insert_with(|| Value::Object(Default::default()));
         if let Value::Object(ctx) = context {
-            ctx.insert("header.phalanx-version".into(), Value::String(PHALANX_VERSION.into()));
+            ctx.insert(
+                "header.phalanx-version".into(),
+                Value::String(PHALANX_VERSION.into()),
+            );
         }
     }
     axum::Json(body).into_response()
 }
-
-#[allow(dead_code)]
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);

@@ -20,20 +20,37 @@ use crate::store::At;
 const STREAM_TYPE: &str = "application/vnd.apache.arrow.stream";
 const FILE_TYPE: &str = "application/vnd.apache.arrow.file";
 
-async fn dataset_for(app: &AppState, target: &Target, body: &Value) -> ApiResult<std::sync::Arc<lance::Dataset>> {
-    let body_id: Option<Vec<String>> = body.get("id").and_then(|v| serde_json::from_value(v.clone()).ok());
+async fn dataset_for(
+    app: &AppState,
+    target: &Target,
+    body: &Value,
+) -> ApiResult<std::sync::Arc<lance::Dataset>> {
+    let body_id: Option<Vec<String>> = body
+        .get("id")
+        .and_then(|v| serde_json::from_value(v.clone()).ok());
     target.check_body_id(&body_id)?;
     let location = app.catalog.locate(&target.id).await?;
-    let branch = body.get("branch").and_then(Value::as_str).map(str::to_string);
+    let branch = body
+        .get("branch")
+        .and_then(Value::as_str)
+        .map(str::to_string);
     let version = match body.get("version") {
         None | Some(Value::Null) => target.params.int("version")?,
-        Some(v) => Some(v.as_i64().ok_or_else(|| ApiError::invalid("version must be an integer"))?),
+        Some(v) => Some(
+            v.as_i64()
+                .ok_or_else(|| ApiError::invalid("version must be an integer"))?,
+        ),
     };
     let at = At::new(target.branch(&branch), version)?;
     app.store.read(&location, &at).await
 }
 
-pub async fn query(State(app): State<AppState>, target: Target, headers: HeaderMap, JsonBody(body): JsonBody<Value>) -> ApiResult<Response> {
+pub async fn query(
+    State(app): State<AppState>,
+    target: Target,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<Value>,
+) -> ApiResult<Response> {
     let spec = query_body::parse(&body)?;
     let ds = dataset_for(&app, &target, &body).await?;
     let mut stream = spec.stream(&ds).await?;
@@ -45,7 +62,10 @@ pub async fn query(State(app): State<AppState>, target: Target, headers: HeaderM
         None => None,
     };
     let schema = stream.schema();
-    let as_stream = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains(STREAM_TYPE));
+    let as_stream = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains(STREAM_TYPE));
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(4);
     tokio::spawn(async move {
         let mut writer = match IpcOut::new(as_stream, &schema) {
@@ -64,7 +84,9 @@ pub async fn query(State(app): State<AppState>, target: Target, headers: HeaderM
                     None => break,
                 },
             };
-            let chunk = batch.map_err(|e| e.to_string()).and_then(|b| writer.write(&b).map_err(|e| e.to_string()));
+            let chunk = batch
+                .map_err(|e| e.to_string())
+                .and_then(|b| writer.write(&b).map_err(|e| e.to_string()));
             match chunk {
                 Ok(bytes) if bytes.is_empty() => {}
                 Ok(bytes) => {
@@ -91,11 +113,15 @@ pub async fn query(State(app): State<AppState>, target: Target, headers: HeaderM
     let body = Body::from_stream(tokio_stream_from(rx));
     let mut response = body.into_response();
     let content_type = if as_stream { STREAM_TYPE } else { FILE_TYPE };
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     Ok(response)
 }
 
-fn tokio_stream_from(mut rx: tokio::sync::mpsc::Receiver<Result<bytes::Bytes, std::io::Error>>) -> impl futures::Stream<Item = Result<bytes::Bytes, std::io::Error>> {
+fn tokio_stream_from(
+    mut rx: tokio::sync::mpsc::Receiver<Result<bytes::Bytes, std::io::Error>>,
+) -> impl futures::Stream<Item = Result<bytes::Bytes, std::io::Error>> {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
@@ -106,11 +132,21 @@ enum IpcOut {
 }
 
 impl IpcOut {
-    fn new(as_stream: bool, schema: &arrow_schema::Schema) -> Result<Self, arrow_schema::ArrowError> {
-        Ok(if as_stream { Self::Stream(StreamWriter::try_new(Vec::new(), schema)?) } else { Self::File(FileWriter::try_new(Vec::new(), schema)?) })
+    fn new(
+        as_stream: bool,
+        schema: &arrow_schema::Schema,
+    ) -> Result<Self, arrow_schema::ArrowError> {
+        Ok(if as_stream {
+            Self::Stream(StreamWriter::try_new(Vec::new(), schema)?)
+        } else {
+            Self::File(FileWriter::try_new(Vec::new(), schema)?)
+        })
     }
 
-    fn write(&mut self, batch: &arrow_array::RecordBatch) -> Result<bytes::Bytes, arrow_schema::ArrowError> {
+    fn write(
+        &mut self,
+        batch: &arrow_array::RecordBatch,
+    ) -> Result<bytes::Bytes, arrow_schema::ArrowError> {
         let buf = match self {
             Self::File(w) => {
                 w.write(batch)?;
@@ -139,19 +175,38 @@ impl IpcOut {
     }
 }
 
-pub async fn explain_plan(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<Value>) -> ApiResult<Response> {
+pub async fn explain_plan(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<Value>,
+) -> ApiResult<Response> {
     let query = body.get("query").cloned().unwrap_or_else(|| body.clone());
     let spec = query_body::parse(&query)?;
-    let verbose = body.get("verbose").and_then(Value::as_bool).unwrap_or(false);
+    let verbose = body
+        .get("verbose")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
     let ds = dataset_for(&app, &target, &body).await?;
-    let plan = spec.scanner(&ds)?.explain_plan(verbose).await.map_err(ApiError::from)?;
+    let plan = spec
+        .scanner(&ds)?
+        .explain_plan(verbose)
+        .await
+        .map_err(ApiError::from)?;
     Ok(reply(json!({ "plan": plan })))
 }
 
-pub async fn analyze_plan(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<Value>) -> ApiResult<Response> {
+pub async fn analyze_plan(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<Value>,
+) -> ApiResult<Response> {
     let query = body.get("query").cloned().unwrap_or_else(|| body.clone());
     let spec = query_body::parse(&query)?;
     let ds = dataset_for(&app, &target, &body).await?;
-    let analysis = spec.scanner(&ds)?.analyze_plan().await.map_err(ApiError::from)?;
+    let analysis = spec
+        .scanner(&ds)?
+        .analyze_plan()
+        .await
+        .map_err(ApiError::from)?;
     Ok(reply(json!({ "analysis": analysis, "plan": analysis })))
 }

@@ -22,8 +22,14 @@ fn uint(body: &Value, key: &str) -> ApiResult<Option<usize>> {
             Some(n) if n < 0 => Err(ApiError::invalid(format!("'{key}' must be >= 0, got {n}"))),
             Some(n) => Ok(Some(n as usize)),
             // lancedb sends an unbounded k as a very large number.
-            None if v.as_u64().is_some() || v.as_f64().is_some_and(|f| f >= 0.0 && f.fract() == 0.0) => Ok(Some(usize::MAX / 2)),
-            None => Err(ApiError::invalid(format!("'{key}' must be a non-negative integer"))),
+            None if v.as_u64().is_some()
+                || v.as_f64().is_some_and(|f| f >= 0.0 && f.fract() == 0.0) =>
+            {
+                Ok(Some(usize::MAX / 2))
+            }
+            None => Err(ApiError::invalid(format!(
+                "'{key}' must be a non-negative integer"
+            ))),
         },
     }
 }
@@ -39,7 +45,10 @@ fn boolean(body: &Value, key: &str) -> ApiResult<Option<bool>> {
 fn float(body: &Value, key: &str) -> ApiResult<Option<f32>> {
     match field(body, key) {
         None => Ok(None),
-        Some(v) => v.as_f64().map(|f| Some(f as f32)).ok_or_else(|| ApiError::invalid(format!("'{key}' must be a number"))),
+        Some(v) => v
+            .as_f64()
+            .map(|f| Some(f as f32))
+            .ok_or_else(|| ApiError::invalid(format!("'{key}' must be a number"))),
     }
 }
 
@@ -52,12 +61,22 @@ fn string(body: &Value, key: &str) -> ApiResult<Option<String>> {
 }
 
 fn numbers(v: &Value, what: &str) -> ApiResult<Vec<f32>> {
-    let arr = v.as_array().ok_or_else(|| ApiError::invalid(format!("{what} must be an array of numbers")))?;
-    arr.iter().map(|x| x.as_f64().map(|f| f as f32).ok_or_else(|| ApiError::invalid(format!("{what} must contain only numbers")))).collect()
+    let arr = v
+        .as_array()
+        .ok_or_else(|| ApiError::invalid(format!("{what} must be an array of numbers")))?;
+    arr.iter()
+        .map(|x| {
+            x.as_f64()
+                .map(|f| f as f32)
+                .ok_or_else(|| ApiError::invalid(format!("{what} must contain only numbers")))
+        })
+        .collect()
 }
 
 fn vectors(v: &Value, what: &str) -> ApiResult<Vec<Vec<f32>>> {
-    let arr = v.as_array().ok_or_else(|| ApiError::invalid(format!("{what} must be an array of arrays of numbers")))?;
+    let arr = v.as_array().ok_or_else(|| {
+        ApiError::invalid(format!("{what} must be an array of arrays of numbers"))
+    })?;
     arr.iter().map(|x| numbers(x, what)).collect()
 }
 
@@ -69,7 +88,9 @@ fn parse_vector(v: &Value) -> ApiResult<Option<(Vec<Vec<f32>>, bool)>> {
             let single = map.get("single_vector").filter(|v| !v.is_null());
             let multi = map.get("multi_vector").filter(|v| !v.is_null());
             match (single, multi) {
-                (Some(_), Some(_)) => Err(ApiError::invalid("give either vector.single_vector or vector.multi_vector, not both")),
+                (Some(_), Some(_)) => Err(ApiError::invalid(
+                    "give either vector.single_vector or vector.multi_vector, not both",
+                )),
                 (Some(s), None) => Ok(Some((vec![numbers(s, "vector.single_vector")?], false))),
                 (None, Some(m)) => Ok(Some((vectors(m, "vector.multi_vector")?, true))),
                 (None, None) => Ok(None),
@@ -78,7 +99,9 @@ fn parse_vector(v: &Value) -> ApiResult<Option<(Vec<Vec<f32>>, bool)>> {
         Value::Array(items) if items.is_empty() => Ok(None),
         Value::Array(items) if items[0].is_array() => Ok(Some((vectors(v, "vector")?, true))),
         Value::Array(_) => Ok(Some((vec![numbers(v, "vector")?], false))),
-        _ => Err(ApiError::invalid("vector must be an object with single_vector or multi_vector, or an array")),
+        _ => Err(ApiError::invalid(
+            "vector must be an object with single_vector or multi_vector, or an array",
+        )),
     }
 }
 
@@ -87,69 +110,116 @@ fn parse_columns(v: &Value) -> ApiResult<Option<Projection>> {
         v.as_array()
             .ok_or_else(|| ApiError::invalid("column_names must be an array of strings"))?
             .iter()
-            .map(|s| s.as_str().map(str::to_string).ok_or_else(|| ApiError::invalid("column names must be strings")))
+            .map(|s| {
+                s.as_str()
+                    .map(str::to_string)
+                    .ok_or_else(|| ApiError::invalid("column names must be strings"))
+            })
             .collect()
     };
     let aliases = |v: &Value| -> ApiResult<Vec<(String, String)>> {
         v.as_object()
-            .ok_or_else(|| ApiError::invalid("column_aliases must be an object of alias -> expression"))?
+            .ok_or_else(|| {
+                ApiError::invalid("column_aliases must be an object of alias -> expression")
+            })?
             .iter()
-            .map(|(k, e)| e.as_str().map(|e| (k.clone(), e.to_string())).ok_or_else(|| ApiError::invalid("column expressions must be strings")))
+            .map(|(k, e)| {
+                e.as_str()
+                    .map(|e| (k.clone(), e.to_string()))
+                    .ok_or_else(|| ApiError::invalid("column expressions must be strings"))
+            })
             .collect()
     };
     match v {
         Value::Null => Ok(None),
         Value::Array(_) => Ok(Some(Projection::Names(names(v)?))),
-        Value::Object(map) if map.contains_key("column_names") || map.contains_key("column_aliases") => {
+        Value::Object(map)
+            if map.contains_key("column_names") || map.contains_key("column_aliases") =>
+        {
             let n = map.get("column_names").filter(|v| !v.is_null());
             let a = map.get("column_aliases").filter(|v| !v.is_null());
             match (n, a) {
-                (Some(_), Some(_)) => Err(ApiError::invalid("give either columns.column_names or columns.column_aliases, not both")),
+                (Some(_), Some(_)) => Err(ApiError::invalid(
+                    "give either columns.column_names or columns.column_aliases, not both",
+                )),
                 (Some(n), None) => Ok(Some(Projection::Names(names(n)?))),
                 (None, Some(a)) => Ok(Some(Projection::Aliases(aliases(a)?))),
                 (None, None) => Ok(None),
             }
         }
         Value::Object(_) => Ok(Some(Projection::Aliases(aliases(v)?))),
-        _ => Err(ApiError::invalid("columns must be an object, an array of names, or a map of alias -> expression")),
+        _ => Err(ApiError::invalid(
+            "columns must be an object, an array of names, or a map of alias -> expression",
+        )),
     }
 }
 
 fn structured(v: &Value) -> ApiResult<FtsQuery> {
     let inner = v.get("query").filter(|q| q.is_object()).unwrap_or(v);
-    serde_json::from_value(inner.clone()).map_err(|e| ApiError::invalid(format!("invalid structured full-text query: {e}")))
+    serde_json::from_value(inner.clone())
+        .map_err(|e| ApiError::invalid(format!("invalid structured full-text query: {e}")))
 }
 
 fn parse_fts(v: &Value) -> ApiResult<Option<FullTextSearchQuery>> {
     let Some(map) = v.as_object() else {
-        return if v.is_null() { Ok(None) } else { Err(ApiError::invalid("full_text_query must be an object")) };
+        return if v.is_null() {
+            Ok(None)
+        } else {
+            Err(ApiError::invalid("full_text_query must be an object"))
+        };
     };
     let string_q = map.get("string_query").filter(|v| !v.is_null());
     let structured_q = map.get("structured_query").filter(|v| !v.is_null());
     let (query, columns) = match (string_q, structured_q) {
-        (Some(_), Some(_)) => return Err(ApiError::invalid("give either string_query or structured_query, not both")),
+        (Some(_), Some(_)) => {
+            return Err(ApiError::invalid(
+                "give either string_query or structured_query, not both",
+            ));
+        }
         (Some(s), None) => {
-            let text = s.get("query").and_then(Value::as_str).ok_or_else(|| ApiError::invalid("string_query.query must be a string"))?;
-            (FullTextSearchQuery::new(text.to_string()), s.get("columns").cloned())
+            let text = s
+                .get("query")
+                .and_then(Value::as_str)
+                .ok_or_else(|| ApiError::invalid("string_query.query must be a string"))?;
+            (
+                FullTextSearchQuery::new(text.to_string()),
+                s.get("columns").cloned(),
+            )
         }
         (None, Some(q)) => (FullTextSearchQuery::new_query(structured(q)?), None),
         // lancedb dialect: {"query": "text", "columns": [...]} or {"query": <structured>}
         (None, None) => match map.get("query") {
-            Some(Value::String(text)) => (FullTextSearchQuery::new(text.clone()), map.get("columns").cloned()),
+            Some(Value::String(text)) => (
+                FullTextSearchQuery::new(text.clone()),
+                map.get("columns").cloned(),
+            ),
             Some(q @ Value::Object(_)) => (FullTextSearchQuery::new_query(structured(q)?), None),
             _ => return Ok(None),
         },
     };
     let columns: Vec<String> = match columns {
-        Some(Value::Array(cols)) => cols.iter().filter_map(|c| c.as_str().map(str::to_string)).collect(),
+        Some(Value::Array(cols)) => cols
+            .iter()
+            .filter_map(|c| c.as_str().map(str::to_string))
+            .collect(),
         _ => Vec::new(),
     };
-    if columns.is_empty() { Ok(Some(query)) } else { query.with_columns(&columns).map(Some).map_err(ApiError::from) }
+    if columns.is_empty() {
+        Ok(Some(query))
+    } else {
+        query
+            .with_columns(&columns)
+            .map(Some)
+            .map_err(ApiError::from)
+    }
 }
 
 pub fn parse_distance(name: &str) -> ApiResult<DistanceType> {
-    DistanceType::try_from(name.to_ascii_lowercase().as_str())
-        .map_err(|_| ApiError::invalid(format!("unknown distance_type '{name}': use l2, cosine, dot or hamming")))
+    DistanceType::try_from(name.to_ascii_lowercase().as_str()).map_err(|_| {
+        ApiError::invalid(format!(
+            "unknown distance_type '{name}': use l2, cosine, dot or hamming"
+        ))
+    })
 }
 
 pub fn parse(body: &Value) -> ApiResult<QuerySpec> {
@@ -166,10 +236,14 @@ pub fn parse(body: &Value) -> ApiResult<QuerySpec> {
             vectors,
             multi,
             column: match string(body, "vector_column")? {
-                Some(c) if c.is_empty() => return Err(ApiError::invalid("vector_column must not be empty")),
+                Some(c) if c.is_empty() => {
+                    return Err(ApiError::invalid("vector_column must not be empty"));
+                }
                 c => c,
             },
-            distance_type: string(body, "distance_type")?.map(|d| parse_distance(&d)).transpose()?,
+            distance_type: string(body, "distance_type")?
+                .map(|d| parse_distance(&d))
+                .transpose()?,
             nprobes: uint(body, "nprobes")?,
             minimum_nprobes: uint(body, "minimum_nprobes")?,
             maximum_nprobes: uint(body, "maximum_nprobes")?,
@@ -189,12 +263,18 @@ pub fn parse(body: &Value) -> ApiResult<QuerySpec> {
     }
     Ok(QuerySpec {
         vector,
-        fts: field(body, "full_text_query").map(parse_fts).transpose()?.flatten(),
+        fts: field(body, "full_text_query")
+            .map(parse_fts)
+            .transpose()?
+            .flatten(),
         filter: string(body, "filter")?.filter(|f| !f.trim().is_empty()),
         prefilter: boolean(body, "prefilter")?,
         k: uint(body, "k")?,
         offset: uint(body, "offset")?,
-        projection: field(body, "columns").map(parse_columns).transpose()?.flatten(),
+        projection: field(body, "columns")
+            .map(parse_columns)
+            .transpose()?
+            .flatten(),
         with_row_id: boolean(body, "with_row_id")?.unwrap_or(false),
         fast_search: boolean(body, "fast_search")?.unwrap_or(false),
     })
@@ -209,18 +289,25 @@ mod tests {
     fn accepts_both_dialects() {
         let spec = parse(&json!({"vector": {"single_vector": [1.0, 2.0]}, "k": 3})).unwrap();
         assert_eq!(spec.vector.unwrap().vectors, vec![vec![1.0, 2.0]]);
-        let spec = parse(&json!({"vector": [1.0, 2.0], "k": 3, "ef": null, "columns": ["a"]})).unwrap();
+        let spec =
+            parse(&json!({"vector": [1.0, 2.0], "k": 3, "ef": null, "columns": ["a"]})).unwrap();
         assert!(!spec.vector.unwrap().multi);
         let spec = parse(&json!({"vector": {}, "k": 3})).unwrap();
         assert!(spec.vector.is_none());
-        let spec = parse(&json!({"full_text_query": {"columns": ["t"], "query": "hello"}})).unwrap();
+        let spec =
+            parse(&json!({"full_text_query": {"columns": ["t"], "query": "hello"}})).unwrap();
         assert!(spec.fts.is_some());
     }
 
     #[test]
     fn rejects_ambiguous_or_negative() {
-        assert!(parse(&json!({"vector": {"single_vector": [1.0], "multi_vector": [[1.0]]}})).is_err());
-        assert!(parse(&json!({"columns": {"column_names": ["a"], "column_aliases": {"b": "a"}}})).is_err());
+        assert!(
+            parse(&json!({"vector": {"single_vector": [1.0], "multi_vector": [[1.0]]}})).is_err()
+        );
+        assert!(
+            parse(&json!({"columns": {"column_names": ["a"], "column_aliases": {"b": "a"}}}))
+                .is_err()
+        );
         assert!(parse(&json!({"k": -1})).is_err());
         assert!(parse(&json!({"vector": [1.0], "distance_type": "manhattan"})).is_err());
         assert!(parse(&json!({"full_text_query": {"string_query": {"query": "a"}, "structured_query": {"query": {"match": {"terms": "a"}}}}})).is_err());

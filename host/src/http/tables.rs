@@ -5,8 +5,9 @@ use axum::extract::State;
 use axum::response::Response;
 use bytes::Bytes;
 use lance_namespace::models::{
-    CreateTableRequest, DeclareTableRequest, DeregisterTableRequest, DescribeTableRequest, DropTableRequest,
-    GetTableStatsRequest, ListTablesRequest, RegisterTableRequest, RenameTableRequest,
+    CreateTableRequest, DeclareTableRequest, DeregisterTableRequest, DescribeTableRequest,
+    DropTableRequest, GetTableStatsRequest, ListTablesRequest, RegisterTableRequest,
+    RenameTableRequest,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -19,23 +20,41 @@ use crate::catalog::not_found_as_table;
 use crate::error::{ApiError, ApiResult};
 use crate::store::At;
 
-pub async fn create(State(app): State<AppState>, target: Target, body: Bytes) -> ApiResult<Response> {
+pub async fn create(
+    State(app): State<AppState>,
+    target: Target,
+    body: Bytes,
+) -> ApiResult<Response> {
     // Validate the stream here so a bad body is a clear 400 before the catalog is touched.
     let decoded = {
         let body = body.clone();
-        tokio::task::spawn_blocking(move || ArrowBody::decode(&body)).await.map_err(|e| ApiError::internal(e.to_string()))??
+        tokio::task::spawn_blocking(move || ArrowBody::decode(&body))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))??
     };
     let mode = target.params.string("mode");
     if let Some(m) = &mode {
         let known = ["create", "overwrite", "exist_ok", "existok"];
         if !known.iter().any(|k| k.eq_ignore_ascii_case(m)) {
-            return Err(ApiError::invalid(format!("unknown create mode '{m}': use create, overwrite or exist_ok")));
+            return Err(ApiError::invalid(format!(
+                "unknown create mode '{m}': use create, overwrite or exist_ok"
+            )));
         }
     }
     let properties = json_param(&target, "properties")?;
-    let request = CreateTableRequest { id: Some(target.id.clone()), mode, properties, ..Default::default() };
+    let request = CreateTableRequest {
+        id: Some(target.id.clone()),
+        mode,
+        properties,
+        ..Default::default()
+    };
     let _guard = app.catalog.commit_lock.lock().await;
-    let response = app.catalog.ns().create_table(request, body).await.map_err(ApiError::from)?;
+    let response = app
+        .catalog
+        .ns()
+        .create_table(request, body)
+        .await
+        .map_err(ApiError::from)?;
     app.catalog.invalidate(&target.id);
     if let Some(loc) = &response.location {
         app.store.forget(loc);
@@ -44,17 +63,33 @@ pub async fn create(State(app): State<AppState>, target: Target, body: Bytes) ->
     Ok(reply(to_json(response)?))
 }
 
-fn json_param(target: &Target, key: &str) -> ApiResult<Option<std::collections::HashMap<String, String>>> {
+fn json_param(
+    target: &Target,
+    key: &str,
+) -> ApiResult<Option<std::collections::HashMap<String, String>>> {
     match target.params.get(key) {
         None | Some("") => Ok(None),
-        Some(raw) => serde_json::from_str(raw).map(Some).map_err(|e| ApiError::invalid(format!("query parameter '{key}' must be a JSON object of strings: {e}"))),
+        Some(raw) => serde_json::from_str(raw).map(Some).map_err(|e| {
+            ApiError::invalid(format!(
+                "query parameter '{key}' must be a JSON object of strings: {e}"
+            ))
+        }),
     }
 }
 
-pub async fn declare(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<Value>) -> ApiResult<Response> {
+pub async fn declare(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<Value>,
+) -> ApiResult<Response> {
     let request: DeclareTableRequest = model(&target, body)?;
     let _guard = app.catalog.commit_lock.lock().await;
-    let response = app.catalog.ns().declare_table(request).await.map_err(ApiError::from)?;
+    let response = app
+        .catalog
+        .ns()
+        .declare_table(request)
+        .await
+        .map_err(ApiError::from)?;
     app.catalog.invalidate(&target.id);
     Ok(reply(to_json(response)?))
 }
@@ -67,11 +102,27 @@ pub struct DescribeBody {
     version: Option<i64>,
 }
 
-pub async fn describe(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<DescribeBody>) -> ApiResult<Response> {
+pub async fn describe(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<DescribeBody>,
+) -> ApiResult<Response> {
     target.check_body_id(&body.common.id)?;
-    let request = DescribeTableRequest { id: Some(target.id.clone()), load_detailed_metadata: Some(false), ..Default::default() };
-    let entry = app.catalog.ns().describe_table(request).await.map_err(|e| not_found_as_table(e, &target.id))?;
-    let location = entry.location.clone().ok_or_else(|| ApiError::table_not_found(&target.name()))?;
+    let request = DescribeTableRequest {
+        id: Some(target.id.clone()),
+        load_detailed_metadata: Some(false),
+        ..Default::default()
+    };
+    let entry = app
+        .catalog
+        .ns()
+        .describe_table(request)
+        .await
+        .map_err(|e| not_found_as_table(e, &target.id))?;
+    let location = entry
+        .location
+        .clone()
+        .ok_or_else(|| ApiError::table_not_found(&target.name()))?;
     let version = body.version.or(target.params.int("version")?);
     let at = At::new(target.branch(&body.common.branch), version)?;
     let mut out = json!({
@@ -85,14 +136,19 @@ pub async fn describe(State(app): State<AppState>, target: Target, JsonBody(body
     match app.store.read(&location, &at).await {
         Ok(ds) => {
             let schema = arrow_schema::Schema::from(ds.schema());
-            let json_schema = lance_namespace::schema::arrow_schema_to_json(&schema).map_err(ApiError::from)?;
+            let json_schema =
+                lance_namespace::schema::arrow_schema_to_json(&schema).map_err(ApiError::from)?;
             out["version"] = json!(ds.version().version);
             out["schema"] = to_json(json_schema)?;
             out["is_only_declared"] = json!(false);
             out["stats"] = json!({ "num_deleted_rows": 0, "num_fragments": ds.count_fragments() });
             out["virtual_columns"] = crate::virtual_columns::describe(&schema);
         }
-        Err(e) if e.code == lance_namespace::ErrorCode::TableNotFound && at.branch.is_none() && at.version.is_none() => {
+        Err(e)
+            if e.code == lance_namespace::ErrorCode::TableNotFound
+                && at.branch.is_none()
+                && at.version.is_none() =>
+        {
             out["is_only_declared"] = json!(true);
         }
         Err(e) => return Err(e),
@@ -100,27 +156,49 @@ pub async fn describe(State(app): State<AppState>, target: Target, JsonBody(body
     Ok(reply(out))
 }
 
-pub async fn exists(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<Common>) -> ApiResult<Response> {
+pub async fn exists(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<Common>,
+) -> ApiResult<Response> {
     target.check_body_id(&body.id)?;
     app.catalog.locate(&target.id).await?;
     Ok(reply(json!({})))
 }
 
-pub async fn drop(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<Value>) -> ApiResult<Response> {
+pub async fn drop(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<Value>,
+) -> ApiResult<Response> {
     let request: DropTableRequest = model(&target, body)?;
     let location = app.catalog.locate(&target.id).await?;
     let _guard = app.catalog.commit_lock.lock().await;
     let _writes = app.store.write_lock(&location, None).await;
-    let response = app.catalog.ns().drop_table(request).await.map_err(|e| not_found_as_table(e, &target.id))?;
+    let response = app
+        .catalog
+        .ns()
+        .drop_table(request)
+        .await
+        .map_err(|e| not_found_as_table(e, &target.id))?;
     app.catalog.invalidate(&target.id);
     app.store.forget(&location);
     Ok(reply(to_json(response)?))
 }
 
-pub async fn deregister(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<Value>) -> ApiResult<Response> {
+pub async fn deregister(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<Value>,
+) -> ApiResult<Response> {
     let request: DeregisterTableRequest = model(&target, body)?;
     let _guard = app.catalog.commit_lock.lock().await;
-    let response = app.catalog.ns().deregister_table(request).await.map_err(|e| not_found_as_table(e, &target.id))?;
+    let response = app
+        .catalog
+        .ns()
+        .deregister_table(request)
+        .await
+        .map_err(|e| not_found_as_table(e, &target.id))?;
     app.catalog.invalidate(&target.id);
     if let Some(loc) = &response.location {
         app.store.forget(loc);
@@ -128,34 +206,71 @@ pub async fn deregister(State(app): State<AppState>, target: Target, JsonBody(bo
     Ok(reply(to_json(response)?))
 }
 
-pub async fn register(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<Value>) -> ApiResult<Response> {
+pub async fn register(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<Value>,
+) -> ApiResult<Response> {
     let mut request: RegisterTableRequest = model(&target, body)?;
     request.location = app.catalog.relative_location(&request.location);
     let _guard = app.catalog.commit_lock.lock().await;
-    let response = app.catalog.ns().register_table(request).await.map_err(ApiError::from)?;
+    let response = app
+        .catalog
+        .ns()
+        .register_table(request)
+        .await
+        .map_err(ApiError::from)?;
     app.catalog.invalidate(&target.id);
     Ok(reply(to_json(response)?))
 }
 
-pub async fn rename(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<Value>) -> ApiResult<Response> {
+pub async fn rename(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<Value>,
+) -> ApiResult<Response> {
     let request: RenameTableRequest = model(&target, body)?;
     let _guard = app.catalog.commit_lock.lock().await;
-    let response = app.catalog.ns().rename_table(request).await.map_err(|e| not_found_as_table(e, &target.id))?;
+    let response = app
+        .catalog
+        .ns()
+        .rename_table(request)
+        .await
+        .map_err(|e| not_found_as_table(e, &target.id))?;
     app.catalog.invalidate_all();
     Ok(reply(to_json(response)?))
 }
 
-pub async fn stats(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<Value>) -> ApiResult<Response> {
+pub async fn stats(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<Value>,
+) -> ApiResult<Response> {
     let mut request: GetTableStatsRequest = model(&target, body)?;
     request.branch = target.branch(&request.branch);
-    let response = app.catalog.ns().get_table_stats(request).await.map_err(|e| not_found_as_table(e, &target.id))?;
+    let response = app
+        .catalog
+        .ns()
+        .get_table_stats(request)
+        .await
+        .map_err(|e| not_found_as_table(e, &target.id))?;
     Ok(reply(to_json(response)?))
 }
 
 /// `GET /v1/table`: every table of the root namespace (the lancedb SDK's `table_names`).
 pub async fn list_all(State(app): State<AppState>, target: Target) -> ApiResult<Response> {
     let (limit, token) = page(&target.params, None, None)?;
-    let request = ListTablesRequest { id: Some(vec![]), limit: limit.map(|l| l as i32), page_token: token, ..Default::default() };
-    let response = app.catalog.ns().list_tables(request).await.map_err(ApiError::from)?;
+    let request = ListTablesRequest {
+        id: Some(vec![]),
+        limit: limit.map(|l| l as i32),
+        page_token: token,
+        ..Default::default()
+    };
+    let response = app
+        .catalog
+        .ns()
+        .list_tables(request)
+        .await
+        .map_err(ApiError::from)?;
     Ok(reply(to_json(response)?))
 }

@@ -22,22 +22,38 @@ pub struct ListBody {
 
 /// Versions in ascending order (descending on request); the page token is the last version
 /// number of the previous page.
-pub async fn list(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<ListBody>) -> ApiResult<Response> {
+pub async fn list(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<ListBody>,
+) -> ApiResult<Response> {
     target.check_body_id(&body.common.id)?;
     let (limit, token) = page(&target.params, body.limit, body.page_token)?;
     let after: Option<u64> = match token {
-        Some(t) => Some(t.parse().map_err(|_| ApiError::invalid(format!("invalid page_token '{t}'")))?),
+        Some(t) => Some(
+            t.parse()
+                .map_err(|_| ApiError::invalid(format!("invalid page_token '{t}'")))?,
+        ),
         None => None,
     };
     let location = app.catalog.locate(&target.id).await?;
     let branch = target.branch(&body.common.branch);
     let mut versions = app.store.versions(&location, branch.as_deref()).await?;
-    let descending = body.descending.or(target.params.bool("descending")?).unwrap_or(false);
+    let descending = body
+        .descending
+        .or(target.params.bool("descending")?)
+        .unwrap_or(false);
     if descending {
         versions.reverse();
     }
     if let Some(after) = after {
-        versions.retain(|v| if descending { v.version < after } else { v.version > after });
+        versions.retain(|v| {
+            if descending {
+                v.version < after
+            } else {
+                v.version > after
+            }
+        });
     }
     let mut next = None;
     if let Some(l) = limit
@@ -61,15 +77,26 @@ pub struct RestoreBody {
     version: Option<i64>,
 }
 
-pub async fn restore(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<RestoreBody>) -> ApiResult<Response> {
+pub async fn restore(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<RestoreBody>,
+) -> ApiResult<Response> {
     target.check_body_id(&body.common.id)?;
-    let version = body.version.ok_or_else(|| ApiError::invalid("restore needs a 'version'"))?;
+    let version = body
+        .version
+        .ok_or_else(|| ApiError::invalid("restore needs a 'version'"))?;
     if version < 0 {
-        return Err(ApiError::invalid(format!("version must be >= 0, got {version}")));
+        return Err(ApiError::invalid(format!(
+            "version must be >= 0, got {version}"
+        )));
     }
     let location = app.catalog.locate(&target.id).await?;
     let branch = target.branch(&body.common.branch);
-    let new_version = app.store.restore(&location, branch.as_deref(), version as u64).await?;
+    let new_version = app
+        .store
+        .restore(&location, branch.as_deref(), version as u64)
+        .await?;
     Ok(reply(json!({ "version": new_version })))
 }
 
@@ -86,11 +113,18 @@ pub struct TagBody {
 
 impl TagBody {
     fn tag(&self) -> ApiResult<&str> {
-        self.tag.as_deref().filter(|t| !t.is_empty()).ok_or_else(|| ApiError::invalid("a 'tag' name is required"))
+        self.tag
+            .as_deref()
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| ApiError::invalid("a 'tag' name is required"))
     }
 }
 
-pub async fn list_tags(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<TagBody>) -> ApiResult<Response> {
+pub async fn list_tags(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<TagBody>,
+) -> ApiResult<Response> {
     target.check_body_id(&body.common.id)?;
     let (limit, token) = page(&target.params, body.limit, body.page_token)?;
     let location = app.catalog.locate(&target.id).await?;
@@ -103,7 +137,11 @@ pub async fn list_tags(State(app): State<AppState>, target: Target, JsonBody(bod
     Ok(reply(json!({ "tags": tags, "page_token": next })))
 }
 
-pub async fn tag_version(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<TagBody>) -> ApiResult<Response> {
+pub async fn tag_version(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<TagBody>,
+) -> ApiResult<Response> {
     target.check_body_id(&body.common.id)?;
     let location = app.catalog.locate(&target.id).await?;
     let contents = app.store.tag_contents(&location, body.tag()?).await?;
@@ -115,25 +153,43 @@ pub async fn tag_version(State(app): State<AppState>, target: Target, JsonBody(b
 }
 
 fn tag_target(body: &TagBody, target: &Target) -> ApiResult<At> {
-    let version = body.version.ok_or_else(|| ApiError::invalid("a 'version' is required"))?;
+    let version = body
+        .version
+        .ok_or_else(|| ApiError::invalid("a 'version' is required"))?;
     At::new(target.branch(&body.common.branch), Some(version))
 }
 
-pub async fn create_tag(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<TagBody>) -> ApiResult<Response> {
+pub async fn create_tag(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<TagBody>,
+) -> ApiResult<Response> {
     target.check_body_id(&body.common.id)?;
     let location = app.catalog.locate(&target.id).await?;
-    app.store.create_tag(&location, body.tag()?, &tag_target(&body, &target)?).await?;
+    app.store
+        .create_tag(&location, body.tag()?, &tag_target(&body, &target)?)
+        .await?;
     Ok(reply(json!({})))
 }
 
-pub async fn update_tag(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<TagBody>) -> ApiResult<Response> {
+pub async fn update_tag(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<TagBody>,
+) -> ApiResult<Response> {
     target.check_body_id(&body.common.id)?;
     let location = app.catalog.locate(&target.id).await?;
-    app.store.update_tag(&location, body.tag()?, &tag_target(&body, &target)?).await?;
+    app.store
+        .update_tag(&location, body.tag()?, &tag_target(&body, &target)?)
+        .await?;
     Ok(reply(json!({})))
 }
 
-pub async fn delete_tag(State(app): State<AppState>, target: Target, JsonBody(body): JsonBody<TagBody>) -> ApiResult<Response> {
+pub async fn delete_tag(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<TagBody>,
+) -> ApiResult<Response> {
     target.check_body_id(&body.common.id)?;
     let location = app.catalog.locate(&target.id).await?;
     app.store.delete_tag(&location, body.tag()?).await?;

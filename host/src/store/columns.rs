@@ -19,29 +19,65 @@ pub struct Alteration {
 }
 
 impl Store {
-    pub async fn add_sql_columns(&self, location: &str, branch: Option<&str>, columns: Vec<(String, String)>) -> ApiResult<u64> {
+    pub async fn add_sql_columns(
+        &self,
+        location: &str,
+        branch: Option<&str>,
+        columns: Vec<(String, String)>,
+    ) -> ApiResult<u64> {
         self.evolve(location, branch, |ds| {
-            Box::pin(async move { ds.add_columns(NewColumnTransform::SqlExpressions(columns), None, None).await })
+            Box::pin(async move {
+                ds.add_columns(NewColumnTransform::SqlExpressions(columns), None, None)
+                    .await
+            })
         })
         .await
     }
 
     /// Add columns that are null in every existing row (metadata-only in lance).
-    pub async fn add_null_columns(&self, location: &str, branch: Option<&str>, fields: Vec<Field>) -> ApiResult<u64> {
+    pub async fn add_null_columns(
+        &self,
+        location: &str,
+        branch: Option<&str>,
+        fields: Vec<Field>,
+    ) -> ApiResult<u64> {
         let schema = Arc::new(ArrowSchema::new(fields));
-        self.evolve(location, branch, |ds| Box::pin(async move { ds.add_columns(NewColumnTransform::AllNulls(schema), None, None).await }))
-            .await
+        self.evolve(location, branch, |ds| {
+            Box::pin(async move {
+                ds.add_columns(NewColumnTransform::AllNulls(schema), None, None)
+                    .await
+            })
+        })
+        .await
     }
 
-    pub async fn alter_columns(&self, location: &str, branch: Option<&str>, alterations: Vec<Alteration>) -> ApiResult<u64> {
+    pub async fn alter_columns(
+        &self,
+        location: &str,
+        branch: Option<&str>,
+        alterations: Vec<Alteration>,
+    ) -> ApiResult<u64> {
         let alterations: Vec<ColumnAlteration> = alterations
             .into_iter()
-            .map(|a| ColumnAlteration { path: a.path, rename: a.rename, nullable: a.nullable, data_type: a.data_type })
+            .map(|a| ColumnAlteration {
+                path: a.path,
+                rename: a.rename,
+                nullable: a.nullable,
+                data_type: a.data_type,
+            })
             .collect();
-        self.evolve(location, branch, |ds| Box::pin(async move { ds.alter_columns(&alterations).await })).await
+        self.evolve(location, branch, |ds| {
+            Box::pin(async move { ds.alter_columns(&alterations).await })
+        })
+        .await
     }
 
-    pub async fn drop_columns(&self, location: &str, branch: Option<&str>, columns: Vec<String>) -> ApiResult<u64> {
+    pub async fn drop_columns(
+        &self,
+        location: &str,
+        branch: Option<&str>,
+        columns: Vec<String>,
+    ) -> ApiResult<u64> {
         if columns.is_empty() {
             return Err(ApiError::invalid("columns must name at least one column"));
         }
@@ -55,7 +91,12 @@ impl Store {
     }
 
     /// Replace field metadata of top-level columns (used to store virtual column definitions).
-    pub async fn set_field_metadata(&self, location: &str, branch: Option<&str>, updates: HashMap<String, HashMap<String, String>>) -> ApiResult<u64> {
+    pub async fn set_field_metadata(
+        &self,
+        location: &str,
+        branch: Option<&str>,
+        updates: HashMap<String, HashMap<String, String>>,
+    ) -> ApiResult<u64> {
         self.evolve(location, branch, |ds| {
             Box::pin(async move {
                 let mut builder = ds.update_field_metadata();
@@ -70,7 +111,9 @@ impl Store {
 
     async fn evolve<F>(&self, location: &str, branch: Option<&str>, op: F) -> ApiResult<u64>
     where
-        F: for<'a> FnOnce(&'a mut lance::Dataset) -> futures::future::BoxFuture<'a, lance_core::Result<()>>,
+        F: for<'a> FnOnce(
+            &'a mut lance::Dataset,
+        ) -> futures::future::BoxFuture<'a, lance_core::Result<()>>,
     {
         let _guard = self.write_lock(location, branch).await;
         let mut ds = (*self.latest(location, branch).await?).clone();

@@ -18,10 +18,18 @@ pub struct VersionInfo {
 fn tag_error(err: lance_core::Error, tag: &str) -> ApiError {
     let api = ApiError::from(err);
     match api.code {
-        ErrorCode::TableTagNotFound | ErrorCode::TableNotFound => ApiError::new(ErrorCode::TableTagNotFound, format!("tag not found: {tag}")),
-        ErrorCode::ConcurrentModification => ApiError::new(ErrorCode::TableTagAlreadyExists, format!("tag already exists: {tag}")),
+        ErrorCode::TableTagNotFound | ErrorCode::TableNotFound => {
+            ApiError::new(ErrorCode::TableTagNotFound, format!("tag not found: {tag}"))
+        }
+        ErrorCode::ConcurrentModification => ApiError::new(
+            ErrorCode::TableTagAlreadyExists,
+            format!("tag already exists: {tag}"),
+        ),
         ErrorCode::TableVersionNotFound => api,
-        _ if api.message.contains("already exists") => ApiError::new(ErrorCode::TableTagAlreadyExists, format!("tag already exists: {tag}")),
+        _ if api.message.contains("already exists") => ApiError::new(
+            ErrorCode::TableTagAlreadyExists,
+            format!("tag already exists: {tag}"),
+        ),
         _ if api.message.contains("not found") || api.message.contains("does not exist") => {
             ApiError::new(ErrorCode::TableVersionNotFound, api.message)
         }
@@ -30,21 +38,37 @@ fn tag_error(err: lance_core::Error, tag: &str) -> ApiError {
 }
 
 impl Store {
-    pub async fn versions(&self, location: &str, branch: Option<&str>) -> ApiResult<Vec<VersionInfo>> {
+    pub async fn versions(
+        &self,
+        location: &str,
+        branch: Option<&str>,
+    ) -> ApiResult<Vec<VersionInfo>> {
         let ds = self.latest(location, branch).await?;
         let versions = ds.versions().await.map_err(ApiError::from)?;
         Ok(versions
             .into_iter()
-            .map(|v| VersionInfo { version: v.version, timestamp_millis: v.timestamp.timestamp_millis(), metadata: v.metadata })
+            .map(|v| VersionInfo {
+                version: v.version,
+                timestamp_millis: v.timestamp.timestamp_millis(),
+                metadata: v.metadata,
+            })
             .collect())
     }
 
     /// Make `version` the latest version of the branch again (a new commit, history kept).
-    pub async fn restore(&self, location: &str, branch: Option<&str>, version: u64) -> ApiResult<u64> {
+    pub async fn restore(
+        &self,
+        location: &str,
+        branch: Option<&str>,
+        version: u64,
+    ) -> ApiResult<u64> {
         let _guard = self.write_lock(location, branch).await;
         let latest = self.latest(location, branch).await?;
         let mut old = latest.checkout_version(version).await.map_err(|e| {
-            ApiError::from(e).or_not_found(ErrorCode::TableVersionNotFound, format!("version {version} not found"))
+            ApiError::from(e).or_not_found(
+                ErrorCode::TableVersionNotFound,
+                format!("version {version} not found"),
+            )
         })?;
         old.restore().await.map_err(ApiError::from)?;
         let new_version = old.version().version;
@@ -65,14 +89,20 @@ impl Store {
     pub async fn create_tag(&self, location: &str, tag: &str, at: &At) -> ApiResult<()> {
         let ds = self.latest(location, None).await?;
         let version = self.ref_version(location, at).await?;
-        ds.tags().create(tag, Ref::Version(at.branch.clone(), Some(version))).await.map_err(|e| tag_error(e, tag))
+        ds.tags()
+            .create(tag, Ref::Version(at.branch.clone(), Some(version)))
+            .await
+            .map_err(|e| tag_error(e, tag))
     }
 
     pub async fn update_tag(&self, location: &str, tag: &str, at: &At) -> ApiResult<()> {
         let ds = self.latest(location, None).await?;
         ds.tags().get(tag).await.map_err(|e| tag_error(e, tag))?;
         let version = self.ref_version(location, at).await?;
-        ds.tags().update(tag, Ref::Version(at.branch.clone(), Some(version))).await.map_err(|e| tag_error(e, tag))
+        ds.tags()
+            .update(tag, Ref::Version(at.branch.clone(), Some(version)))
+            .await
+            .map_err(|e| tag_error(e, tag))
     }
 
     pub async fn delete_tag(&self, location: &str, tag: &str) -> ApiResult<()> {
@@ -87,47 +117,80 @@ impl Store {
         Ok(ds.version().version)
     }
 
-    pub async fn list_branches(&self, location: &str) -> ApiResult<HashMap<String, BranchContents>> {
+    pub async fn list_branches(
+        &self,
+        location: &str,
+    ) -> ApiResult<HashMap<String, BranchContents>> {
         let ds = self.latest(location, None).await?;
         ds.list_branches().await.map_err(ApiError::from)
     }
 
     pub async fn create_branch(&self, location: &str, name: &str, from: &At) -> ApiResult<()> {
         if name.is_empty() || name == "main" {
-            return Err(ApiError::invalid(format!("'{name}' cannot be used as a branch name")));
+            return Err(ApiError::invalid(format!(
+                "'{name}' cannot be used as a branch name"
+            )));
         }
         // One creation of any branch of this table at a time, and the duplicate check inside
         // it: two clients racing to create the same branch get exactly one 409.
         let _guard = self.write_lock(location, Some("\0branches")).await;
         let mut main = (*self.latest(location, None).await?).clone();
-        if main.list_branches().await.map_err(ApiError::from)?.contains_key(name) {
-            return Err(ApiError::new(ErrorCode::TableBranchAlreadyExists, format!("branch already exists: {name}")));
+        if main
+            .list_branches()
+            .await
+            .map_err(ApiError::from)?
+            .contains_key(name)
+        {
+            return Err(ApiError::new(
+                ErrorCode::TableBranchAlreadyExists,
+                format!("branch already exists: {name}"),
+            ));
         }
         let version = self.ref_version(location, from).await?;
         let reference = Ref::Version(from.branch.clone(), Some(version));
-        main.create_branch(name, reference, None).await.map_err(|e| {
-            let api = ApiError::from(e);
-            if api.message.contains("already exists") || api.code == ErrorCode::ConcurrentModification {
-                ApiError::new(ErrorCode::TableBranchAlreadyExists, format!("branch already exists: {name}"))
-            } else {
-                api
-            }
-        })?;
+        main.create_branch(name, reference, None)
+            .await
+            .map_err(|e| {
+                let api = ApiError::from(e);
+                if api.message.contains("already exists")
+                    || api.code == ErrorCode::ConcurrentModification
+                {
+                    ApiError::new(
+                        ErrorCode::TableBranchAlreadyExists,
+                        format!("branch already exists: {name}"),
+                    )
+                } else {
+                    api
+                }
+            })?;
         Ok(())
     }
 
     pub async fn delete_branch(&self, location: &str, name: &str) -> ApiResult<()> {
         let _guard = self.write_lock(location, Some("\0branches")).await;
         let mut main = (*self.latest(location, None).await?).clone();
-        if !main.list_branches().await.map_err(ApiError::from)?.contains_key(name) {
-            return Err(ApiError::new(ErrorCode::TableBranchNotFound, format!("branch not found: {name}")));
+        if !main
+            .list_branches()
+            .await
+            .map_err(ApiError::from)?
+            .contains_key(name)
+        {
+            return Err(ApiError::new(
+                ErrorCode::TableBranchNotFound,
+                format!("branch not found: {name}"),
+            ));
         }
-        main.delete_branch(name).await.map_err(|e| branch_error(e, name))?;
+        main.delete_branch(name)
+            .await
+            .map_err(|e| branch_error(e, name))?;
         self.cache_forget_branch(location, name);
         Ok(())
     }
 
     fn cache_forget_branch(&self, location: &str, branch: &str) {
-        self.cache.lock().unwrap().retain(|(loc, b), _| !(loc == location && b.as_deref() == Some(branch)));
+        self.cache
+            .lock()
+            .unwrap()
+            .retain(|(loc, b), _| !(loc == location && b.as_deref() == Some(branch)));
     }
 }

@@ -5,21 +5,21 @@
 //! lance's own commit protocol still protects against other writers.
 
 mod columns;
-mod query;
 mod history;
+mod query;
 mod write;
 
 pub use columns::*;
-pub use query::*;
 pub use history::*;
+pub use query::*;
 pub use write::*;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use lance::Dataset;
 use lance::dataset::builder::DatasetBuilder;
 use lance::session::Session;
-use lance::Dataset;
 use lance_namespace::ErrorCode;
 
 use crate::error::{ApiError, ApiResult};
@@ -41,15 +41,23 @@ pub struct At {
 
 impl At {
     pub fn branch(branch: Option<String>) -> Self {
-        Self { branch: normalize_branch(branch), version: None }
+        Self {
+            branch: normalize_branch(branch),
+            version: None,
+        }
     }
     pub fn new(branch: Option<String>, version: Option<i64>) -> ApiResult<Self> {
         let version = match version {
-            Some(v) if v < 0 => return Err(ApiError::invalid(format!("version must be >= 0, got {v}"))),
+            Some(v) if v < 0 => {
+                return Err(ApiError::invalid(format!("version must be >= 0, got {v}")));
+            }
             Some(v) => Some(v as u64),
             None => None,
         };
-        Ok(Self { branch: normalize_branch(branch), version })
+        Ok(Self {
+            branch: normalize_branch(branch),
+            version,
+        })
     }
 }
 
@@ -60,7 +68,11 @@ pub fn normalize_branch(branch: Option<String>) -> Option<String> {
 
 impl Store {
     pub fn new(session: Arc<Session>) -> Self {
-        Self { session, cache: Mutex::default(), write_locks: Mutex::default() }
+        Self {
+            session,
+            cache: Mutex::default(),
+            write_locks: Mutex::default(),
+        }
     }
 
     pub fn session(&self) -> Arc<Session> {
@@ -94,7 +106,10 @@ impl Store {
             None => Ok(ds),
             Some(v) if v == ds.version().version => Ok(ds),
             Some(v) => ds.checkout_version(v).await.map(Arc::new).map_err(|e| {
-                ApiError::from(e).or_not_found(ErrorCode::TableVersionNotFound, format!("version {v} not found"))
+                ApiError::from(e).or_not_found(
+                    ErrorCode::TableVersionNotFound,
+                    format!("version {v} not found"),
+                )
             }),
         }
     }
@@ -107,7 +122,10 @@ impl Store {
             .map_err(ApiError::from)?;
         match branch {
             None => Ok(main),
-            Some(b) => main.checkout_branch(b).await.map_err(|e| branch_error(e, b)),
+            Some(b) => main
+                .checkout_branch(b)
+                .await
+                .map_err(|e| branch_error(e, b)),
         }
     }
 
@@ -126,13 +144,26 @@ impl Store {
     /// Forget every cached state of a table (dropped, deregistered, overwritten by a restore
     /// on another branch).
     pub fn forget(&self, location: &str) {
-        self.cache.lock().unwrap().retain(|(loc, _), _| loc != location);
+        self.cache
+            .lock()
+            .unwrap()
+            .retain(|(loc, _), _| loc != location);
     }
 
     /// Serialise writers of one (table, branch) inside this process.
-    pub async fn write_lock(&self, location: &str, branch: Option<&str>) -> tokio::sync::OwnedMutexGuard<()> {
+    pub async fn write_lock(
+        &self,
+        location: &str,
+        branch: Option<&str>,
+    ) -> tokio::sync::OwnedMutexGuard<()> {
         let key = (location.to_string(), branch.map(str::to_string));
-        let lock = self.write_locks.lock().unwrap().entry(key).or_default().clone();
+        let lock = self
+            .write_locks
+            .lock()
+            .unwrap()
+            .entry(key)
+            .or_default()
+            .clone();
         lock.lock_owned().await
     }
 }
@@ -140,11 +171,17 @@ impl Store {
 pub fn branch_error(err: lance_core::Error, branch: &str) -> ApiError {
     let api = ApiError::from(err);
     match api.code {
-        ErrorCode::TableNotFound | ErrorCode::TableTagNotFound | ErrorCode::TableVersionNotFound => {
-            ApiError::new(ErrorCode::TableBranchNotFound, format!("branch not found: {branch}"))
-        }
+        ErrorCode::TableNotFound
+        | ErrorCode::TableTagNotFound
+        | ErrorCode::TableVersionNotFound => ApiError::new(
+            ErrorCode::TableBranchNotFound,
+            format!("branch not found: {branch}"),
+        ),
         _ if api.message.contains("not found") || api.message.contains("Not found") => {
-            ApiError::new(ErrorCode::TableBranchNotFound, format!("branch not found: {branch}"))
+            ApiError::new(
+                ErrorCode::TableBranchNotFound,
+                format!("branch not found: {branch}"),
+            )
         }
         _ => api,
     }

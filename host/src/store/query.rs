@@ -81,7 +81,8 @@ impl QuerySpec {
                 None => default_vector_column(ds)?,
             };
             let k = self.k.unwrap_or(10);
-            scan.nearest(&column, query_array(v)?.as_ref(), k).map_err(ApiError::from)?;
+            scan.nearest(&column, query_array(v)?.as_ref(), k)
+                .map_err(ApiError::from)?;
             if let Some(d) = v.distance_type {
                 scan.distance_metric(d);
             }
@@ -107,10 +108,12 @@ impl QuerySpec {
                 scan.use_index(false);
             }
             if self.offset.is_some() {
-                scan.limit(None, self.offset.map(|o| o as i64)).map_err(ApiError::from)?;
+                scan.limit(None, self.offset.map(|o| o as i64))
+                    .map_err(ApiError::from)?;
             }
         } else if self.k.is_some() || self.offset.is_some() {
-            scan.limit(self.k.map(|k| k as i64), self.offset.map(|o| o as i64)).map_err(ApiError::from)?;
+            scan.limit(self.k.map(|k| k as i64), self.offset.map(|o| o as i64))
+                .map_err(ApiError::from)?;
         }
         if self.fast_search {
             scan.fast_search();
@@ -128,7 +131,10 @@ impl QuerySpec {
 }
 
 fn query_array(v: &VectorQuery) -> ApiResult<ArrayRef> {
-    let first = v.vectors.first().ok_or_else(|| ApiError::invalid("the query vector is empty"))?;
+    let first = v
+        .vectors
+        .first()
+        .ok_or_else(|| ApiError::invalid("the query vector is empty"))?;
     if first.is_empty() {
         return Err(ApiError::invalid("the query vector is empty"));
     }
@@ -137,26 +143,41 @@ fn query_array(v: &VectorQuery) -> ApiResult<ArrayRef> {
     }
     let dim = first.len();
     if v.vectors.iter().any(|x| x.len() != dim) {
-        return Err(ApiError::invalid("all vectors of a multi_vector query must have the same length"));
+        return Err(ApiError::invalid(
+            "all vectors of a multi_vector query must have the same length",
+        ));
     }
     let values = Float32Array::from(v.vectors.concat());
     let field = Arc::new(Field::new("item", DataType::Float32, true));
-    let list = FixedSizeListArray::try_new(field, dim as i32, Arc::new(values), None).map_err(ApiError::from)?;
+    let list = FixedSizeListArray::try_new(field, dim as i32, Arc::new(values), None)
+        .map_err(ApiError::from)?;
     Ok(Arc::new(list))
 }
 
 /// With no `vector_column`, the table's only vector column (as lance and lancedb do).
 fn default_vector_column(ds: &Dataset) -> ApiResult<String> {
     let vector_like = |dt: &DataType| match dt {
-        DataType::FixedSizeList(f, _) => f.data_type().is_floating() || matches!(f.data_type(), DataType::UInt8 | DataType::Int8),
+        DataType::FixedSizeList(f, _) => {
+            f.data_type().is_floating() || matches!(f.data_type(), DataType::UInt8 | DataType::Int8)
+        }
         DataType::List(f) => matches!(f.data_type(), DataType::FixedSizeList(_, _)),
         _ => false,
     };
     let schema = arrow_schema::Schema::from(ds.schema());
-    let candidates: Vec<&str> = schema.fields().iter().filter(|f| vector_like(f.data_type())).map(|f| f.name().as_str()).collect();
+    let candidates: Vec<&str> = schema
+        .fields()
+        .iter()
+        .filter(|f| vector_like(f.data_type()))
+        .map(|f| f.name().as_str())
+        .collect();
     match candidates.as_slice() {
         [one] => Ok(one.to_string()),
-        [] => Err(ApiError::invalid("the table has no vector column to search")),
-        _ => Err(ApiError::invalid(format!("the table has several vector columns ({}); name one in vector_column", candidates.join(", ")))),
+        [] => Err(ApiError::invalid(
+            "the table has no vector column to search",
+        )),
+        _ => Err(ApiError::invalid(format!(
+            "the table has several vector columns ({}); name one in vector_column",
+            candidates.join(", ")
+        ))),
     }
 }

@@ -5,16 +5,19 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_array::RecordBatch;
-use lance::dataset::write::merge_insert::{MergeInsertBuilder, WhenMatched, WhenNotMatched, WhenNotMatchedBySource};
-use lance::dataset::{InsertBuilder, UpdateBuilder, WriteDestination, WriteMode, WriteParams};
 use lance::Dataset;
+use lance::dataset::write::merge_insert::{
+    MergeInsertBuilder, WhenMatched, WhenNotMatched, WhenNotMatchedBySource,
+};
+use lance::dataset::{InsertBuilder, UpdateBuilder, WriteDestination, WriteMode, WriteParams};
 
 use super::Store;
 use crate::error::{ApiError, ApiResult};
 
 /// A transform applied to incoming rows before they are written (virtual columns computed
 /// by `auto_backfill` UDFs). The store knows nothing of what it does.
-pub type RowHook<'a> = &'a (dyn Fn(&Dataset, Vec<RecordBatch>) -> ApiResult<Vec<RecordBatch>> + Sync);
+pub type RowHook<'a> =
+    &'a (dyn Fn(&Dataset, Vec<RecordBatch>) -> ApiResult<Vec<RecordBatch>> + Sync);
 
 #[derive(Debug, Default, Clone)]
 pub struct MergeOptions {
@@ -37,22 +40,38 @@ pub struct MergeCounts {
 }
 
 fn write_params(store: &Store, mode: WriteMode) -> WriteParams {
-    WriteParams { mode, session: Some(store.session()), ..Default::default() }
+    WriteParams {
+        mode,
+        session: Some(store.session()),
+        ..Default::default()
+    }
 }
 
 fn require_rows(batches: &[RecordBatch]) -> ApiResult<()> {
     if batches.is_empty() {
-        return Err(ApiError::invalid("the Arrow stream carries no record batch"));
+        return Err(ApiError::invalid(
+            "the Arrow stream carries no record batch",
+        ));
     }
     Ok(())
 }
 
 impl Store {
     /// Create a table at `location` (which must not hold one yet) from `batches`.
-    pub async fn create_at(&self, location: &str, batches: Vec<RecordBatch>, schema: arrow_schema::SchemaRef, mode: WriteMode) -> ApiResult<Arc<Dataset>> {
+    pub async fn create_at(
+        &self,
+        location: &str,
+        batches: Vec<RecordBatch>,
+        schema: arrow_schema::SchemaRef,
+        mode: WriteMode,
+    ) -> ApiResult<Arc<Dataset>> {
         let _guard = self.write_lock(location, None).await;
         let params = write_params(self, mode);
-        let batches = if batches.is_empty() { vec![RecordBatch::new_empty(schema)] } else { batches };
+        let batches = if batches.is_empty() {
+            vec![RecordBatch::new_empty(schema)]
+        } else {
+            batches
+        };
         let ds = InsertBuilder::new(WriteDestination::Uri(location))
             .with_params(&params)
             .execute(batches)
@@ -64,14 +83,25 @@ impl Store {
         Ok(ds)
     }
 
-    pub async fn insert(&self, location: &str, branch: Option<&str>, batches: Vec<RecordBatch>, overwrite: bool, hook: Option<RowHook<'_>>) -> ApiResult<Arc<Dataset>> {
+    pub async fn insert(
+        &self,
+        location: &str,
+        branch: Option<&str>,
+        batches: Vec<RecordBatch>,
+        overwrite: bool,
+        hook: Option<RowHook<'_>>,
+    ) -> ApiResult<Arc<Dataset>> {
         let _guard = self.write_lock(location, branch).await;
         let current = self.latest(location, branch).await?;
         let batches = match hook {
             Some(h) => h(&current, batches)?,
             None => batches,
         };
-        let mode = if overwrite { WriteMode::Overwrite } else { WriteMode::Append };
+        let mode = if overwrite {
+            WriteMode::Overwrite
+        } else {
+            WriteMode::Append
+        };
         let params = write_params(self, mode);
         let ds = InsertBuilder::new(WriteDestination::Dataset(current))
             .with_params(&params)
@@ -83,7 +113,14 @@ impl Store {
         Ok(ds)
     }
 
-    pub async fn merge_insert(&self, location: &str, branch: Option<&str>, batches: Vec<RecordBatch>, opts: &MergeOptions, hook: Option<RowHook<'_>>) -> ApiResult<MergeCounts> {
+    pub async fn merge_insert(
+        &self,
+        location: &str,
+        branch: Option<&str>,
+        batches: Vec<RecordBatch>,
+        opts: &MergeOptions,
+        hook: Option<RowHook<'_>>,
+    ) -> ApiResult<MergeCounts> {
         require_rows(&batches)?;
         let _guard = self.write_lock(location, branch).await;
         let current = self.latest(location, branch).await?;
@@ -93,19 +130,30 @@ impl Store {
         };
         for key in &opts.on {
             if batches[0].schema().field_with_name(key).is_err() {
-                return Err(ApiError::column_not_found(format!("merge key '{key}' is not a column of the source data")));
+                return Err(ApiError::column_not_found(format!(
+                    "merge key '{key}' is not a column of the source data"
+                )));
             }
         }
-        let mut builder = MergeInsertBuilder::try_new(current.clone(), opts.on.clone()).map_err(ApiError::from)?;
+        let mut builder = MergeInsertBuilder::try_new(current.clone(), opts.on.clone())
+            .map_err(ApiError::from)?;
         if let Some(filt) = &opts.when_matched_update_all_filt {
-            builder.when_matched(WhenMatched::update_if(&current, filt).map_err(bad_filter("when_matched_update_all_filt"))?);
+            builder.when_matched(
+                WhenMatched::update_if(&current, filt)
+                    .map_err(bad_filter("when_matched_update_all_filt"))?,
+            );
         } else if opts.when_matched_update_all {
             builder.when_matched(WhenMatched::UpdateAll);
         }
-        builder.when_not_matched(if opts.when_not_matched_insert_all { WhenNotMatched::InsertAll } else { WhenNotMatched::DoNothing });
+        builder.when_not_matched(if opts.when_not_matched_insert_all {
+            WhenNotMatched::InsertAll
+        } else {
+            WhenNotMatched::DoNothing
+        });
         if let Some(filt) = &opts.when_not_matched_by_source_delete_filt {
             builder.when_not_matched_by_source(
-                WhenNotMatchedBySource::delete_if(&current, filt).map_err(bad_filter("when_not_matched_by_source_delete_filt"))?,
+                WhenNotMatchedBySource::delete_if(&current, filt)
+                    .map_err(bad_filter("when_not_matched_by_source_delete_filt"))?,
             );
         } else if opts.when_not_matched_by_source_delete {
             builder.when_not_matched_by_source(WhenNotMatchedBySource::Delete);
@@ -119,19 +167,38 @@ impl Store {
         let job = builder.try_build().map_err(ApiError::from)?;
         let run = job.execute_batches(batches);
         let (ds, stats) = match opts.timeout {
-            Some(t) => tokio::time::timeout(t, run)
-                .await
-                .map_err(|_| ApiError::new(lance_namespace::ErrorCode::ServiceUnavailable, format!("merge_insert did not finish within {}", humantime::format_duration(t))))?,
+            Some(t) => tokio::time::timeout(t, run).await.map_err(|_| {
+                ApiError::new(
+                    lance_namespace::ErrorCode::ServiceUnavailable,
+                    format!(
+                        "merge_insert did not finish within {}",
+                        humantime::format_duration(t)
+                    ),
+                )
+            })?,
             None => run.await,
         }
         .map_err(ApiError::from)?;
         self.remember(location, branch, ds.clone());
-        Ok(MergeCounts { updated: stats.num_updated_rows, inserted: stats.num_inserted_rows, deleted: stats.num_deleted_rows, version: ds.version().version })
+        Ok(MergeCounts {
+            updated: stats.num_updated_rows,
+            inserted: stats.num_inserted_rows,
+            deleted: stats.num_deleted_rows,
+            version: ds.version().version,
+        })
     }
 
-    pub async fn update(&self, location: &str, branch: Option<&str>, updates: &[(String, String)], predicate: Option<&str>) -> ApiResult<(u64, u64)> {
+    pub async fn update(
+        &self,
+        location: &str,
+        branch: Option<&str>,
+        updates: &[(String, String)],
+        predicate: Option<&str>,
+    ) -> ApiResult<(u64, u64)> {
         if updates.is_empty() {
-            return Err(ApiError::invalid("updates must name at least one [column, expression] pair"));
+            return Err(ApiError::invalid(
+                "updates must name at least one [column, expression] pair",
+            ));
         }
         let _guard = self.write_lock(location, branch).await;
         let current = self.latest(location, branch).await?;
@@ -142,15 +209,27 @@ impl Store {
         if let Some(p) = predicate.filter(|p| !p.trim().is_empty()) {
             builder = builder.update_where(p).map_err(ApiError::from)?;
         }
-        let result = builder.build().map_err(ApiError::from)?.execute().await.map_err(ApiError::from)?;
+        let result = builder
+            .build()
+            .map_err(ApiError::from)?
+            .execute()
+            .await
+            .map_err(ApiError::from)?;
         let version = result.new_dataset.version().version;
         self.remember(location, branch, result.new_dataset);
         Ok((result.rows_updated, version))
     }
 
-    pub async fn delete(&self, location: &str, branch: Option<&str>, predicate: &str) -> ApiResult<u64> {
+    pub async fn delete(
+        &self,
+        location: &str,
+        branch: Option<&str>,
+        predicate: &str,
+    ) -> ApiResult<u64> {
         if predicate.trim().is_empty() {
-            return Err(ApiError::invalid("predicate must not be empty (use 'true' to delete every row)"));
+            return Err(ApiError::invalid(
+                "predicate must not be empty (use 'true' to delete every row)",
+            ));
         }
         let _guard = self.write_lock(location, branch).await;
         let mut ds = (*self.latest(location, branch).await?).clone();
@@ -164,6 +243,10 @@ impl Store {
 fn bad_filter(field: &'static str) -> impl Fn(lance_core::Error) -> ApiError {
     move |e| {
         let api = ApiError::from(e);
-        if api.status.is_client_error() { api } else { ApiError::invalid(format!("invalid {field}: {}", api.message)) }
+        if api.status.is_client_error() {
+            api
+        } else {
+            ApiError::invalid(format!("invalid {field}: {}", api.message))
+        }
     }
 }
