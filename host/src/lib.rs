@@ -9,6 +9,7 @@ pub mod config;
 pub mod error;
 pub mod field_path;
 pub mod http;
+pub mod json_types;
 pub mod server;
 pub mod store;
 pub mod virtual_columns;

@@ -15,11 +15,23 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
     let root = config.root_uri()?;
     let session = Arc::new(Session::default());
     let catalog = Catalog::open(&root, session.clone()).await?;
+    let runtime = lancet_udf::Runtime::new(udf_config(config, &root))?;
     Ok(Arc::new(App {
         catalog,
         store: Store::new(session),
-        virtual_columns: VirtualColumns::new(),
+        virtual_columns: VirtualColumns::new(Arc::new(runtime)),
     }))
+}
+
+/// Modules are stored content-addressed beside the tables (`<root>/_udfs/modules`), compiled
+/// code in `_udfs/cache`. For an object-store root both live in a local cache directory.
+fn udf_config(config: &ServeConfig, root: &str) -> lancet_udf::RuntimeConfig {
+    let base = if config.data.contains("://") {
+        std::env::var_os("HOME").map(std::path::PathBuf::from).unwrap_or_else(std::env::temp_dir).join(".cache/lancet/udfs")
+    } else {
+        std::path::PathBuf::from(root).join("_udfs")
+    };
+    lancet_udf::RuntimeConfig::new(base.join("modules"), base.join("cache"))
 }
 
 /// Serve until SIGINT/SIGTERM; requests in flight (writes included) finish before exit.

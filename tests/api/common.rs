@@ -4,7 +4,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
-use arrow_array::{Array, Float32Array, Int64Array, RecordBatch, StringArray, FixedSizeListArray};
+use arrow_array::{Array, FixedSizeListArray, Float32Array, Int64Array, RecordBatch, StringArray};
 use arrow_ipc::reader::FileReader;
 use arrow_ipc::writer::StreamWriter;
 use arrow_schema::{DataType, Field, Schema};
@@ -24,7 +24,10 @@ impl Server {
 
     pub async fn start_with(data: tempfile::TempDir, env: &[(&str, &str)]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_lancet"));
-        cmd.args(["serve", "--addr", "127.0.0.1:0", "--data"]).arg(data.path()).stdout(Stdio::piped()).stderr(Stdio::null());
+        cmd.args(["serve", "--addr", "127.0.0.1:0", "--data"])
+            .arg(data.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -37,8 +40,17 @@ impl Server {
         })
         .await
         .unwrap();
-        let base = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("unexpected first line: {line:?}")).to_string();
-        Server { child, base, data, client: reqwest::Client::new() }
+        let base = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+            .to_string();
+        Server {
+            child,
+            base,
+            data,
+            client: reqwest::Client::new(),
+        }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -46,10 +58,19 @@ impl Server {
     }
 
     pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        let r = self.client.post(self.url(path)).json(&body).send().await.unwrap();
+        let r = self
+            .client
+            .post(self.url(path))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
         let status = r.status().as_u16();
         let text = r.text().await.unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
     }
 
     /// POST that must succeed; returns the JSON body.
@@ -63,7 +84,10 @@ impl Server {
         let r = self.client.get(self.url(path)).send().await.unwrap();
         let status = r.status().as_u16();
         let text = r.text().await.unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
     }
 
     pub async fn post_arrow(&self, path: &str, batch: &RecordBatch) -> (u16, Value) {
@@ -81,31 +105,53 @@ impl Server {
             .unwrap();
         let status = r.status().as_u16();
         let text = r.text().await.unwrap();
-        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
     }
 
     /// Run a query; returns the decoded rows.
     pub async fn query(&self, table: &str, body: Value) -> Vec<RecordBatch> {
-        let r = self.client.post(self.url(&format!("/v1/table/{table}/query"))).json(&body).send().await.unwrap();
+        let r = self
+            .client
+            .post(self.url(&format!("/v1/table/{table}/query")))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
         let status = r.status().as_u16();
         let bytes = r.bytes().await.unwrap();
-        assert_eq!(status, 200, "query failed: {}", String::from_utf8_lossy(&bytes));
+        assert_eq!(
+            status,
+            200,
+            "query failed: {}",
+            String::from_utf8_lossy(&bytes)
+        );
         let reader = FileReader::try_new(std::io::Cursor::new(bytes.to_vec()), None).unwrap();
         reader.collect::<Result<Vec<_>, _>>().unwrap()
     }
 
     pub async fn count(&self, table: &str, body: Value) -> u64 {
-        let v = self.ok(&format!("/v1/table/{table}/count_rows"), body).await;
-        v.as_u64().unwrap_or_else(|| panic!("count_rows answered {v}, not a bare integer"))
+        let v = self
+            .ok(&format!("/v1/table/{table}/count_rows"), body)
+            .await;
+        v.as_u64()
+            .unwrap_or_else(|| panic!("count_rows answered {v}, not a bare integer"))
     }
 
     pub async fn version(&self, table: &str) -> u64 {
-        self.ok(&format!("/v1/table/{table}/describe"), json!({})).await["version"].as_u64().unwrap()
+        self.ok(&format!("/v1/table/{table}/describe"), json!({}))
+            .await["version"]
+            .as_u64()
+            .unwrap()
     }
 
     /// Create table `name` (root namespace) with rows id 0..n, text "row i", 4-d vectors.
     pub async fn create_table(&self, name: &str, n: i64) {
-        let (status, v) = self.post_arrow(&format!("/v1/table/{name}/create"), &sample(0, n)).await;
+        let (status, v) = self
+            .post_arrow(&format!("/v1/table/{name}/create"), &sample(0, n))
+            .await;
         assert_eq!(status, 200, "create {name}: {v}");
     }
 
@@ -133,7 +179,11 @@ pub fn sample_schema() -> Arc<Schema> {
     Arc::new(Schema::new(vec![
         Field::new("id", DataType::Int64, false),
         Field::new("text", DataType::Utf8, true),
-        Field::new("vec", DataType::FixedSizeList(Arc::new(Field::new("item", DataType::Float32, true)), 4), true),
+        Field::new(
+            "vec",
+            DataType::FixedSizeList(Arc::new(Field::new("item", DataType::Float32, true)), 4),
+            true,
+        ),
     ]))
 }
 
@@ -141,9 +191,26 @@ pub fn sample_schema() -> Arc<Schema> {
 pub fn sample(start: i64, n: i64) -> RecordBatch {
     let ids: Vec<i64> = (start..start + n).collect();
     let texts: Vec<String> = ids.iter().map(|i| format!("row {i}")).collect();
-    let values: Vec<f32> = ids.iter().flat_map(|i| [*i as f32, 0.0, 1.0, (*i % 3) as f32]).collect();
-    let vec = FixedSizeListArray::try_new(Arc::new(Field::new("item", DataType::Float32, true)), 4, Arc::new(Float32Array::from(values)), None).unwrap();
-    RecordBatch::try_new(sample_schema(), vec![Arc::new(Int64Array::from(ids)), Arc::new(StringArray::from(texts)), Arc::new(vec)]).unwrap()
+    let values: Vec<f32> = ids
+        .iter()
+        .flat_map(|i| [*i as f32, 0.0, 1.0, (*i % 3) as f32])
+        .collect();
+    let vec = FixedSizeListArray::try_new(
+        Arc::new(Field::new("item", DataType::Float32, true)),
+        4,
+        Arc::new(Float32Array::from(values)),
+        None,
+    )
+    .unwrap();
+    RecordBatch::try_new(
+        sample_schema(),
+        vec![
+            Arc::new(Int64Array::from(ids)),
+            Arc::new(StringArray::from(texts)),
+            Arc::new(vec),
+        ],
+    )
+    .unwrap()
 }
 
 pub fn ipc_stream(batch: &RecordBatch) -> Vec<u8> {
@@ -166,7 +233,9 @@ pub fn ids(batches: &[RecordBatch]) -> Vec<i64> {
 pub fn strings(batches: &[RecordBatch], column: &str) -> Vec<Option<String>> {
     let mut out = Vec::new();
     for b in batches {
-        let col = b.column_by_name(column).unwrap_or_else(|| panic!("no column {column}"));
+        let col = b
+            .column_by_name(column)
+            .unwrap_or_else(|| panic!("no column {column}"));
         let col = col.as_any().downcast_ref::<StringArray>().unwrap();
         out.extend((0..col.len()).map(|i| col.is_valid(i).then(|| col.value(i).to_string())));
     }
@@ -176,10 +245,23 @@ pub fn strings(batches: &[RecordBatch], column: &str) -> Vec<Option<String>> {
 /// Assert an error answer has the spec shape, the status and the upstream code.
 pub fn assert_error(status: u16, body: &Value, want_status: u16, want_code: u32) {
     assert_eq!(status, want_status, "unexpected status; body: {body}");
-    for key in ["type", "title", "status", "detail", "instance", "code", "error"] {
+    for key in [
+        "type", "title", "status", "detail", "instance", "code", "error",
+    ] {
         assert!(body.get(key).is_some(), "error body lacks '{key}': {body}");
     }
-    assert!(body["type"].as_str().unwrap().starts_with("/errors/"), "{body}");
-    assert_eq!(body["status"].as_u64().unwrap(), want_status as u64, "{body}");
-    assert_eq!(body["code"].as_u64().unwrap(), want_code as u64, "wrong code: {body}");
+    assert!(
+        body["type"].as_str().unwrap().starts_with("/errors/"),
+        "{body}"
+    );
+    assert_eq!(
+        body["status"].as_u64().unwrap(),
+        want_status as u64,
+        "{body}"
+    );
+    assert_eq!(
+        body["code"].as_u64().unwrap(),
+        want_code as u64,
+        "wrong code: {body}"
+    );
 }

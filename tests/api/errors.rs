@@ -8,8 +8,16 @@ use crate::common::*;
 
 /// After every rejected write, the table's version and rows are unchanged.
 async fn unchanged(s: &Server, table: &str, version: u64, rows: u64) {
-    assert_eq!(s.version(table).await, version, "a rejected write changed the version");
-    assert_eq!(s.count(table, json!({})).await, rows, "a rejected write changed the rows");
+    assert_eq!(
+        s.version(table).await,
+        version,
+        "a rejected write changed the version"
+    );
+    assert_eq!(
+        s.count(table, json!({})).await,
+        rows,
+        "a rejected write changed the rows"
+    );
 }
 
 #[tokio::test]
@@ -22,11 +30,17 @@ async fn not_found_everywhere() {
     assert_error(st, &b, 404, 4);
     let (st, b) = s.post("/v1/namespace/ghost/describe", json!({})).await;
     assert_error(st, &b, 404, 1);
-    let (st, b) = s.post("/v1/table/t/count_rows", json!({"branch": "nobranch"})).await;
+    let (st, b) = s
+        .post("/v1/table/t/count_rows", json!({"branch": "nobranch"}))
+        .await;
     assert_error(st, &b, 404, 22);
-    let (st, b) = s.post("/v1/table/t/count_rows", json!({"version": 42})).await;
+    let (st, b) = s
+        .post("/v1/table/t/count_rows", json!({"version": 42}))
+        .await;
     assert_error(st, &b, 404, 11);
-    let (st, b) = s.post("/v1/table/t/tags/version", json!({"tag": "none"})).await;
+    let (st, b) = s
+        .post("/v1/table/t/tags/version", json!({"tag": "none"}))
+        .await;
     assert_error(st, &b, 404, 8);
     assert_eq!(b["instance"], "/v1/table/t/tags/version");
     assert_eq!(b["type"], "/errors/not-found-error");
@@ -37,19 +51,42 @@ async fn not_found_everywhere() {
 async fn bad_paths_and_sql() {
     let s = Server::start().await;
     s.create_table("t", 3).await;
-    let (st, b) = s.post("/v1/table/t/alter_columns", json!({"alterations": [{"path": "a.`b", "rename": "x"}]})).await;
+    let (st, b) = s
+        .post(
+            "/v1/table/t/alter_columns",
+            json!({"alterations": [{"path": "a.`b", "rename": "x"}]}),
+        )
+        .await;
     assert_error(st, &b, 400, 13);
-    let (st, b) = s.post("/v1/table/t/alter_columns", json!({"alterations": [{"path": "nosuch", "rename": "x"}]})).await;
+    let (st, b) = s
+        .post(
+            "/v1/table/t/alter_columns",
+            json!({"alterations": [{"path": "nosuch", "rename": "x"}]}),
+        )
+        .await;
     assert_error(st, &b, 404, 12);
-    let (st, b) = s.post("/v1/table/t/drop_columns", json!({"columns": ["nosuch"]})).await;
+    let (st, b) = s
+        .post("/v1/table/t/drop_columns", json!({"columns": ["nosuch"]}))
+        .await;
     assert_error(st, &b, 404, 12);
-    let (st, b) = s.post("/v1/table/t/count_rows", json!({"predicate": "id >>>= 3"})).await;
+    let (st, b) = s
+        .post("/v1/table/t/count_rows", json!({"predicate": "id >>>= 3"}))
+        .await;
     assert_eq!(st, 400, "{b}");
-    let (st, b) = s.post("/v1/table/t/delete", json!({"predicate": "id = = 1"})).await;
+    let (st, b) = s
+        .post("/v1/table/t/delete", json!({"predicate": "id = = 1"}))
+        .await;
     assert_eq!(st, 400, "{b}");
-    let (st, b) = s.post("/v1/table/t/update", json!({"updates": [["id", "id +"]]})).await;
+    let (st, b) = s
+        .post("/v1/table/t/update", json!({"updates": [["id", "id +"]]}))
+        .await;
     assert_eq!(st, 400, "{b}");
-    let (st, b) = s.post("/v1/table/t/add_columns", json!({"new_columns": [{"name": "z", "expression": "nosuch + 1"}]})).await;
+    let (st, b) = s
+        .post(
+            "/v1/table/t/add_columns",
+            json!({"new_columns": [{"name": "z", "expression": "nosuch + 1"}]}),
+        )
+        .await;
     assert!(st == 400 || st == 404, "{st} {b}");
     unchanged(&s, "t", 1, 3).await;
 }
@@ -59,7 +96,11 @@ async fn bad_bodies_leave_table_unchanged() {
     let s = Server::start().await;
     s.create_table("t", 3).await;
     // Arrow schema that does not match the table.
-    let other = Arc::new(Schema::new(vec![Field::new("other", DataType::Int64, false)]));
+    let other = Arc::new(Schema::new(vec![Field::new(
+        "other",
+        DataType::Int64,
+        false,
+    )]));
     let batch = RecordBatch::try_new(other, vec![Arc::new(Int64Array::from(vec![1, 2]))]).unwrap();
     let (st, b) = s.post_arrow("/v1/table/t/insert", &batch).await;
     assert_eq!(st, 400, "{b}");
@@ -67,21 +108,41 @@ async fn bad_bodies_leave_table_unchanged() {
     assert!(st == 400 || st == 404, "{st} {b}");
     // Truncated and non-Arrow bodies.
     let bytes = ipc_stream(&sample(0, 5));
-    let (st, b) = s.post_bytes("/v1/table/t/insert", bytes[..bytes.len() / 2].to_vec()).await;
+    let (st, b) = s
+        .post_bytes("/v1/table/t/insert", bytes[..bytes.len() / 2].to_vec())
+        .await;
     assert_error(st, &b, 400, 13);
-    let (st, b) = s.post_bytes("/v1/table/t/insert", b"hello, not arrow".to_vec()).await;
+    let (st, b) = s
+        .post_bytes("/v1/table/t/insert", b"hello, not arrow".to_vec())
+        .await;
     assert_error(st, &b, 400, 13);
     let (st, b) = s.post_bytes("/v1/table/t/merge_insert?on=id", vec![]).await;
     assert_error(st, &b, 400, 13);
-    let (st, b) = s.post_arrow("/v1/table/t/merge_insert", &sample(0, 1)).await;
+    let (st, b) = s
+        .post_arrow("/v1/table/t/merge_insert", &sample(0, 1))
+        .await;
     assert_error(st, &b, 400, 13);
-    let (st, b) = s.post_arrow("/v1/table/t/insert?mode=sideways", &sample(0, 1)).await;
+    let (st, b) = s
+        .post_arrow("/v1/table/t/insert?mode=sideways", &sample(0, 1))
+        .await;
     assert_error(st, &b, 400, 13);
     // Body id disagreeing with the path.
-    let (st, b) = s.post("/v1/table/t/delete", json!({"id": ["other"], "predicate": "true"})).await;
+    let (st, b) = s
+        .post(
+            "/v1/table/t/delete",
+            json!({"id": ["other"], "predicate": "true"}),
+        )
+        .await;
     assert_error(st, &b, 400, 13);
     // Malformed JSON.
-    let r = s.client.post(s.url("/v1/table/t/delete")).header("content-type", "application/json").body("{\"predicate\": ").send().await.unwrap();
+    let r = s
+        .client
+        .post(s.url("/v1/table/t/delete"))
+        .header("content-type", "application/json")
+        .body("{\"predicate\": ")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 400);
     let body: serde_json::Value = r.json().await.unwrap();
     assert_error(400, &body, 400, 13);

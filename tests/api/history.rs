@@ -7,28 +7,68 @@ async fn versions_restore_and_tags() {
     let s = Server::start().await;
     s.create_table("h", 3).await; // v1
     s.post_arrow("/v1/table/h/insert", &sample(3, 3)).await; // v2
-    s.ok("/v1/table/h/delete", json!({"predicate": "id < 2"})).await; // v3
+    s.ok("/v1/table/h/delete", json!({"predicate": "id < 2"}))
+        .await; // v3
     let v = s.ok("/v1/table/h/version/list", json!({})).await;
-    let versions: Vec<u64> = v["versions"].as_array().unwrap().iter().map(|x| x["version"].as_u64().unwrap()).collect();
+    let versions: Vec<u64> = v["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x["version"].as_u64().unwrap())
+        .collect();
     assert_eq!(versions, vec![1, 2, 3]);
     let p = s.ok("/v1/table/h/version/list", json!({"limit": 2})).await;
     assert_eq!(p["versions"].as_array().unwrap().len(), 2);
-    let rest = s.ok("/v1/table/h/version/list", json!({"limit": 2, "page_token": p["page_token"]})).await;
+    let rest = s
+        .ok(
+            "/v1/table/h/version/list",
+            json!({"limit": 2, "page_token": p["page_token"]}),
+        )
+        .await;
     assert_eq!(rest["versions"][0]["version"], 3);
 
     // Tags.
-    s.ok("/v1/table/h/tags/create", json!({"tag": "first", "version": 1})).await;
-    let (status, body) = s.post("/v1/table/h/tags/create", json!({"tag": "first", "version": 2})).await;
+    s.ok(
+        "/v1/table/h/tags/create",
+        json!({"tag": "first", "version": 1}),
+    )
+    .await;
+    let (status, body) = s
+        .post(
+            "/v1/table/h/tags/create",
+            json!({"tag": "first", "version": 2}),
+        )
+        .await;
     assert_error(status, &body, 409, 9);
-    assert_eq!(s.ok("/v1/table/h/tags/version", json!({"tag": "first"})).await["version"], 1);
-    s.ok("/v1/table/h/tags/update", json!({"tag": "first", "version": 2})).await;
-    assert_eq!(s.ok("/v1/table/h/tags/version", json!({"tag": "first"})).await["version"], 2);
+    assert_eq!(
+        s.ok("/v1/table/h/tags/version", json!({"tag": "first"}))
+            .await["version"],
+        1
+    );
+    s.ok(
+        "/v1/table/h/tags/update",
+        json!({"tag": "first", "version": 2}),
+    )
+    .await;
+    assert_eq!(
+        s.ok("/v1/table/h/tags/version", json!({"tag": "first"}))
+            .await["version"],
+        2
+    );
     let tags = s.ok("/v1/table/h/tags/list", json!({})).await;
     assert_eq!(tags["tags"]["first"]["version"], 2);
-    let (status, body) = s.post("/v1/table/h/tags/create", json!({"tag": "bad", "version": 99})).await;
+    let (status, body) = s
+        .post(
+            "/v1/table/h/tags/create",
+            json!({"tag": "bad", "version": 99}),
+        )
+        .await;
     assert_error(status, &body, 404, 11);
-    s.ok("/v1/table/h/tags/delete", json!({"tag": "first"})).await;
-    let (status, body) = s.post("/v1/table/h/tags/version", json!({"tag": "first"})).await;
+    s.ok("/v1/table/h/tags/delete", json!({"tag": "first"}))
+        .await;
+    let (status, body) = s
+        .post("/v1/table/h/tags/version", json!({"tag": "first"}))
+        .await;
     assert_error(status, &body, 404, 8);
 
     // Restore to v1: a new version whose rows are v1's.
@@ -48,25 +88,44 @@ async fn versions_restore_and_tags() {
 async fn branches_are_isolated() {
     let s = Server::start().await;
     s.create_table("b", 3).await;
-    s.ok("/v1/table/b/branches/create", json!({"name": "dev"})).await;
-    let (status, body) = s.post("/v1/table/b/branches/create", json!({"name": "dev"})).await;
+    s.ok("/v1/table/b/branches/create", json!({"name": "dev"}))
+        .await;
+    let (status, body) = s
+        .post("/v1/table/b/branches/create", json!({"name": "dev"}))
+        .await;
     assert_error(status, &body, 409, 23);
 
     // Writes on the branch, through body field and query parameter.
-    let (status, v) = s.post_arrow("/v1/table/b/insert?branch=dev", &sample(3, 2)).await;
+    let (status, v) = s
+        .post_arrow("/v1/table/b/insert?branch=dev", &sample(3, 2))
+        .await;
     assert_eq!(status, 200, "{v}");
-    s.ok("/v1/table/b/delete", json!({"predicate": "id = 0", "branch": "dev"})).await;
-    s.ok("/v1/table/b/update", json!({"updates": [["text", "'dev'"]], "branch": "dev"})).await;
+    s.ok(
+        "/v1/table/b/delete",
+        json!({"predicate": "id = 0", "branch": "dev"}),
+    )
+    .await;
+    s.ok(
+        "/v1/table/b/update",
+        json!({"updates": [["text", "'dev'"]], "branch": "dev"}),
+    )
+    .await;
     assert_eq!(s.count("b", json!({"branch": "dev"})).await, 4);
     assert_eq!(s.count("b", json!({})).await, 3, "main must not change");
     assert_eq!(s.version("b").await, 1);
     let main_rows = s.query("b", json!({"filter": "text = 'dev'"})).await;
     assert_eq!(main_rows.iter().map(|b| b.num_rows()).sum::<usize>(), 0);
-    let dev_rows = s.query("b", json!({"filter": "text = 'dev'", "branch": "dev"})).await;
+    let dev_rows = s
+        .query("b", json!({"filter": "text = 'dev'", "branch": "dev"}))
+        .await;
     assert_eq!(dev_rows.iter().map(|b| b.num_rows()).sum::<usize>(), 4);
 
     // Branch from a branch at a version.
-    s.ok("/v1/table/b/branches/create", json!({"name": "dev2", "from_branch": "dev", "from_version": 2})).await;
+    s.ok(
+        "/v1/table/b/branches/create",
+        json!({"name": "dev2", "from_branch": "dev", "from_version": 2}),
+    )
+    .await;
     assert_eq!(s.count("b", json!({"branch": "dev2"})).await, 5);
 
     let list = s.ok("/v1/table/b/branches/list", json!({})).await;
@@ -77,10 +136,15 @@ async fn branches_are_isolated() {
     assert_eq!(page["branches"].as_object().unwrap().len(), 1);
     assert_eq!(page["page_token"], "dev");
 
-    s.ok("/v1/table/b/branches/delete", json!({"name": "dev2"})).await;
-    let (status, body) = s.post("/v1/table/b/count_rows", json!({"branch": "dev2"})).await;
+    s.ok("/v1/table/b/branches/delete", json!({"name": "dev2"}))
+        .await;
+    let (status, body) = s
+        .post("/v1/table/b/count_rows", json!({"branch": "dev2"}))
+        .await;
     assert_error(status, &body, 404, 22);
-    let (status, body) = s.post("/v1/table/b/branches/delete", json!({"name": "nope"})).await;
+    let (status, body) = s
+        .post("/v1/table/b/branches/delete", json!({"name": "nope"}))
+        .await;
     assert_error(status, &body, 404, 22);
 }
 

@@ -8,3 +8,4 @@ mod errors;
 mod history;
 mod namespaces;
 mod query;
+mod udf;

@@ -13,8 +13,12 @@ async fn namespace_lifecycle_and_pagination() {
 
     let (_, page1) = s.get("/v1/namespace/$/list?limit=2").await;
     assert_eq!(page1["namespaces"], json!(["a", "b"]));
-    let token = page1["page_token"].as_str().expect("a page token when more remain");
-    let (_, page2) = s.get(&format!("/v1/namespace/$/list?limit=2&page_token={token}")).await;
+    let token = page1["page_token"]
+        .as_str()
+        .expect("a page token when more remain");
+    let (_, page2) = s
+        .get(&format!("/v1/namespace/$/list?limit=2&page_token={token}"))
+        .await;
     assert_eq!(page2["namespaces"], json!(["c"]));
     assert!(page2["page_token"].is_null() || page2["page_token"] == "");
 
@@ -25,19 +29,23 @@ async fn namespace_lifecycle_and_pagination() {
 
     // Nested namespace and a table inside it: dropping the parent needs cascade.
     s.ok("/v1/namespace/a$inner/create", json!({})).await;
-    let (status, v) = s.post_arrow("/v1/table/a$inner$t/create", &sample(0, 3)).await;
+    let (status, v) = s
+        .post_arrow("/v1/table/a$inner$t/create", &sample(0, 3))
+        .await;
     assert_eq!(status, 200, "{v}");
     let (_, tables) = s.get("/v1/namespace/a$inner/table/list").await;
     assert_eq!(tables["tables"], json!(["t"]));
     let (status, body) = s.post("/v1/namespace/a/drop", json!({})).await;
     assert_error(status, &body, 409, 3);
-    s.ok("/v1/namespace/a/drop", json!({"behavior": "Cascade"})).await;
+    s.ok("/v1/namespace/a/drop", json!({"behavior": "Cascade"}))
+        .await;
     let (status, _) = s.post("/v1/namespace/a/exists", json!({})).await;
     assert_eq!(status, 404);
     let (status, body) = s.post("/v1/table/a$inner$t/describe", json!({})).await;
     assert_error(status, &body, 404, 4);
     // Other delimiter.
-    s.ok("/v1/namespace/b.x/create?delimiter=.", json!({})).await;
+    s.ok("/v1/namespace/b.x/create?delimiter=.", json!({}))
+        .await;
     s.ok("/v1/namespace/b$x/exists", json!({})).await;
 }
 
@@ -47,21 +55,35 @@ async fn table_catalog_lifecycle() {
     s.create_table("t1", 5).await;
     let d = s.ok("/v1/table/t1/describe", json!({})).await;
     assert_eq!(d["version"], 1);
-    let names: Vec<&str> = d["schema"]["fields"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = d["schema"]["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["id", "text", "vec"]);
     assert!(d["location"].as_str().unwrap().contains("t1"));
     // lancedb sends describe with no body at all.
-    let r = s.client.post(s.url("/v1/table/t1/describe/")).send().await.unwrap();
+    let r = s
+        .client
+        .post(s.url("/v1/table/t1/describe/"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
     s.ok("/v1/table/t1/exists", json!({})).await;
 
     // Modes: create on an existing table is a 409; exist_ok keeps it; overwrite replaces it.
     let (status, body) = s.post_arrow("/v1/table/t1/create", &sample(0, 2)).await;
     assert_error(status, &body, 409, 5);
-    let (status, _) = s.post_arrow("/v1/table/t1/create?mode=exist_ok", &sample(0, 2)).await;
+    let (status, _) = s
+        .post_arrow("/v1/table/t1/create?mode=exist_ok", &sample(0, 2))
+        .await;
     assert_eq!(status, 200);
     assert_eq!(s.count("t1", json!({})).await, 5);
-    let (status, _) = s.post_arrow("/v1/table/t1/create?mode=overwrite", &sample(100, 2)).await;
+    let (status, _) = s
+        .post_arrow("/v1/table/t1/create?mode=overwrite", &sample(100, 2))
+        .await;
     assert_eq!(status, 200);
     assert_eq!(s.count("t1", json!({})).await, 2);
 
@@ -70,7 +92,12 @@ async fn table_catalog_lifecycle() {
     }
     let (_, p1) = s.get("/v1/namespace/$/table/list?limit=2").await;
     assert_eq!(p1["tables"], json!(["t1", "t2"]));
-    let (_, p2) = s.get(&format!("/v1/namespace/$/table/list?limit=2&page_token={}", p1["page_token"].as_str().unwrap())).await;
+    let (_, p2) = s
+        .get(&format!(
+            "/v1/namespace/$/table/list?limit=2&page_token={}",
+            p1["page_token"].as_str().unwrap()
+        ))
+        .await;
     assert_eq!(p2["tables"], json!(["t3"]));
     let (_, all) = s.get("/v1/table/").await;
     assert_eq!(all["tables"], json!(["t1", "t2", "t3"]));
@@ -80,7 +107,8 @@ async fn table_catalog_lifecycle() {
     let location = dereg["location"].as_str().unwrap().to_string();
     let (status, _) = s.post("/v1/table/t2/exists", json!({})).await;
     assert_eq!(status, 404);
-    s.ok("/v1/table/t2b/register", json!({"location": location})).await;
+    s.ok("/v1/table/t2b/register", json!({"location": location}))
+        .await;
     assert_eq!(s.count("t2b", json!({})).await, 1);
 
     s.ok("/v1/table/t3/drop", json!({})).await;
@@ -98,5 +126,8 @@ async fn declared_table_is_created_by_merge_insert() {
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["num_inserted_rows"], 4);
     assert_eq!(s.count("decl", json!({})).await, 4);
-    assert_eq!(s.ok("/v1/table/decl/describe", json!({})).await["is_only_declared"], false);
+    assert_eq!(
+        s.ok("/v1/table/decl/describe", json!({})).await["is_only_declared"],
+        false
+    );
 }

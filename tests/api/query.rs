@@ -23,7 +23,9 @@ async fn filtered_scan_and_vector_search() {
         .await;
     assert!(rows[0].column_by_name("_rowid").is_some());
     assert!(rows[0].column_by_name("ident").is_some());
-    let (st, b) = s.post("/v1/table/q/query", json!({"vector": [1.0, 2.0], "k": 3})).await;
+    let (st, b) = s
+        .post("/v1/table/q/query", json!({"vector": [1.0, 2.0], "k": 3}))
+        .await;
     assert_eq!(st, 400, "wrong dimension: {b}");
     // Stream format on request.
     let r = s
@@ -34,13 +36,21 @@ async fn filtered_scan_and_vector_search() {
         .send()
         .await
         .unwrap();
-    assert_eq!(r.headers()["content-type"], "application/vnd.apache.arrow.stream");
+    assert_eq!(
+        r.headers()["content-type"],
+        "application/vnd.apache.arrow.stream"
+    );
     let bytes = r.bytes().await.unwrap();
-    let reader = arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes.to_vec()), None).unwrap();
+    let reader =
+        arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes.to_vec()), None)
+            .unwrap();
     let batches: Vec<_> = reader.collect::<Result<_, _>>().unwrap();
     assert_eq!(ids(&batches), vec![3]);
     // Time travel.
-    s.ok("/v1/table/q/delete", json!({"predicate": "true"})).await;
-    let rows = s.query("q", json!({"version": 1, "filter": "id = 3"})).await;
+    s.ok("/v1/table/q/delete", json!({"predicate": "true"}))
+        .await;
+    let rows = s
+        .query("q", json!({"version": 1, "filter": "id = 3"}))
+        .await;
     assert_eq!(ids(&rows), vec![3]);
 }

@@ -1,32 +1,17 @@
 //! `/v1/table/{id}/{add_columns,alter_columns,drop_columns}`: schema changes. SQL-expression
 //! columns go straight to the store; virtual (UDF) columns go through `virtual_columns`.
 
-use arrow_schema::DataType;
 use axum::extract::State;
 use axum::response::Response;
-use lance_namespace::models::JsonArrowDataType;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::extract::{Common, JsonBody, Target};
 use super::{AppState, reply};
 use crate::error::{ApiError, ApiResult};
+use crate::json_types::parse_data_type;
 use crate::store::Alteration;
 use crate::virtual_columns::{AlterVirtual, NewVirtual};
-
-/// A JSON Arrow type object (`{"type": "int64"}`, `{"type": "list", "fields": [...]}`), or its
-/// bare type name.
-pub fn parse_data_type(value: &Value) -> ApiResult<DataType> {
-    let value = match value {
-        Value::String(name) => json!({ "type": name }),
-        other => other.clone(),
-    };
-    let json_type: JsonArrowDataType = serde_json::from_value(value).map_err(|e| {
-        ApiError::invalid(format!("data_type is not a JSON Arrow type object: {e}"))
-    })?;
-    lance_namespace::schema::convert_json_arrow_type(&json_type)
-        .map_err(|e| ApiError::invalid(format!("unsupported data_type: {e}")))
-}
 
 #[derive(Deserialize)]
 pub struct NewColumn {

@@ -4,12 +4,17 @@
 
 use std::collections::HashMap;
 
-use arrow_array::RecordBatch;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::error::{ApiError, ApiResult};
-use crate::store::{RowHook, Store};
+use std::sync::Arc;
+
+use lancet_udf::{Limits, Runtime, UdfError};
+
+use crate::error::ApiError;
+
+mod compute;
+mod define;
 
 /// Field-metadata key holding a virtual column's definition (JSON).
 pub const DEFINITION_KEY: &str = "lancet.udf.definition";
@@ -94,60 +99,25 @@ pub fn describe(schema: &arrow_schema::Schema) -> Value {
     Value::Object(out)
 }
 
-pub struct VirtualColumns {}
+/// The UDF runtime plus the limits applied to every call made for virtual columns.
+pub struct VirtualColumns {
+    runtime: Arc<Runtime>,
+    limits: Limits,
+}
 
 impl VirtualColumns {
-    pub fn new() -> Self {
-        Self {}
+    pub fn new(runtime: Arc<Runtime>) -> Self {
+        let limits = runtime.config().default_limits.clone();
+        Self { runtime, limits }
     }
 
-    pub async fn add(
-        &self,
-        _store: &Store,
-        _location: &str,
-        _branch: Option<&str>,
-        _cols: Vec<(String, NewVirtual)>,
-    ) -> ApiResult<u64> {
-        Err(ApiError::invalid(
-            "virtual columns are not available in this build",
-        ))
-    }
-
-    pub async fn alter(
-        &self,
-        _store: &Store,
-        _location: &str,
-        _branch: Option<&str>,
-        _cols: Vec<(String, AlterVirtual)>,
-    ) -> ApiResult<u64> {
-        Err(ApiError::invalid(
-            "virtual columns are not available in this build",
-        ))
-    }
-
-    /// The hook that computes `auto_backfill` columns for rows being written.
-    pub fn insert_hook(
-        &self,
-    ) -> Box<dyn Fn(&lance::Dataset, Vec<RecordBatch>) -> ApiResult<Vec<RecordBatch>> + Sync + Send>
-    {
-        Box::new(|_ds, batches| Ok(batches))
-    }
-
-    /// Rows that create a declared table carry no virtual columns yet.
-    pub fn fill_new_table(&self, batches: Vec<RecordBatch>) -> ApiResult<Vec<RecordBatch>> {
-        Ok(batches)
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
     }
 }
 
-impl Default for VirtualColumns {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-#[allow(dead_code)]
-fn _hook_type_check(
-    h: &(dyn Fn(&lance::Dataset, Vec<RecordBatch>) -> ApiResult<Vec<RecordBatch>> + Sync + Send),
-) -> RowHook<'_> {
-    h
+/// A UDF failure, as the HTTP layer answers it: definition problems are the caller's (400),
+/// failed calls name the UDF and the limit or trap.
+pub fn udf_error(err: UdfError) -> ApiError {
+    if err.is_definition_error() { ApiError::invalid(format!("UDF rejected: {err}")) } else { ApiError::invalid(format!("UDF call failed: {err}")) }
 }

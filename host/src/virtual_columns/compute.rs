@@ -1,0 +1,120 @@
+//! Computing virtual columns for rows being written: `auto_backfill` columns are computed by
+//! their UDF as part of the write (same commit); other virtual columns are written as null,
+//! to be filled by a backfill job.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::{Array, ArrayRef, RecordBatch, StructArray, new_null_array};
+use arrow_schema::{Field, Schema};
+use lancet_udf::Manifest;
+
+use super::{DEFINITION_KEY, Definition, VirtualColumns, udf_error};
+use crate::error::{ApiError, ApiResult};
+
+/// Tenant key for instance pools until credentials map requests to tenants.
+const TENANT: &str = "default";
+
+impl VirtualColumns {
+    /// The hook the store runs on rows before writing them to an existing table.
+    pub fn insert_hook(&self) -> Box<dyn Fn(&lance::Dataset, Vec<RecordBatch>) -> ApiResult<Vec<RecordBatch>> + Sync + Send + '_> {
+        Box::new(move |ds, batches| {
+            let schema = Schema::from(ds.schema());
+            let virtuals: Vec<(Field, Definition)> = schema
+                .fields()
+                .iter()
+                .filter_map(|f| f.metadata().get(DEFINITION_KEY).and_then(|t| serde_json::from_str(t).ok()).map(|d| (f.as_ref().clone(), d)))
+                .collect();
+            if virtuals.is_empty() {
+                return Ok(batches);
+            }
+            batches.into_iter().map(|b| self.complete(&schema, &virtuals, b)).collect()
+        })
+    }
+
+    /// Rows that create a declared table: it has no schema yet, so no virtual columns.
+    pub fn fill_new_table(&self, batches: Vec<RecordBatch>) -> ApiResult<Vec<RecordBatch>> {
+        Ok(batches)
+    }
+
+    fn complete(&self, table: &Schema, virtuals: &[(Field, Definition)], batch: RecordBatch) -> ApiResult<RecordBatch> {
+        let rows = batch.num_rows();
+        let mut results: HashMap<String, ArrayRef> = HashMap::new();
+        let mut extra: HashMap<String, ArrayRef> = HashMap::new();
+        for (field, def) in virtuals {
+            if batch.column_by_name(field.name()).is_some() {
+                continue; // the writer supplied the values
+            }
+            let array = if def.auto_backfill {
+                let key = def.group.join("\u{0}");
+                let result = match results.get(&key) {
+                    Some(r) => r.clone(),
+                    None => {
+                        let r = self.run(def, &batch)?;
+                        results.insert(key, r.clone());
+                        r
+                    }
+                };
+                pick(&result, &def.struct_field, field)?
+            } else {
+                new_null_array(field.data_type(), rows)
+            };
+            extra.insert(field.name().clone(), array);
+        }
+        // In the table's column order when every column is accounted for; otherwise let lance
+        // report what is missing.
+        let mut fields = Vec::new();
+        let mut arrays = Vec::new();
+        let complete = table.fields().iter().all(|f| batch.column_by_name(f.name()).is_some() || extra.contains_key(f.name()));
+        if complete {
+            for f in table.fields() {
+                let a = batch.column_by_name(f.name()).cloned().or_else(|| extra.get(f.name()).cloned()).unwrap();
+                fields.push(Field::new(f.name(), a.data_type().clone(), f.is_nullable()).with_metadata(f.metadata().clone()));
+                arrays.push(a);
+            }
+        } else {
+            for (f, a) in batch.schema().fields().iter().zip(batch.columns()) {
+                fields.push(f.as_ref().clone());
+                arrays.push(a.clone());
+            }
+            for (field, _) in virtuals {
+                if let Some(a) = extra.remove(field.name()) {
+                    fields.push(field.clone());
+                    arrays.push(a);
+                }
+            }
+        }
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).map_err(ApiError::from)
+    }
+
+    /// Run a column's UDF over the rows being written.
+    fn run(&self, def: &Definition, batch: &RecordBatch) -> ApiResult<ArrayRef> {
+        let manifest = Manifest::parse(&def.manifest).map_err(udf_error)?;
+        let prepared = self.runtime.prepare(&manifest).map_err(udf_error)?;
+        let mut fields = Vec::new();
+        let mut arrays = Vec::new();
+        for name in &def.input_columns {
+            let col = batch
+                .column_by_name(name)
+                .ok_or_else(|| ApiError::invalid(format!("the written rows lack '{name}', an input of virtual column UDF '{}'", def.udf_name)))?;
+            fields.push(Field::new(name, col.data_type().clone(), true));
+            arrays.push(col.clone());
+        }
+        let input = RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).map_err(ApiError::from)?;
+        self.runtime.invoke(&prepared, TENANT, &input, None, &self.limits).map_err(udf_error)
+    }
+}
+
+/// The part of a UDF result a column takes, cast-free: types were checked at definition.
+fn pick(result: &ArrayRef, struct_field: &str, field: &Field) -> ApiResult<ArrayRef> {
+    let array = if struct_field.is_empty() {
+        result.clone()
+    } else {
+        let s = result.as_any().downcast_ref::<StructArray>().ok_or_else(|| ApiError::invalid("the UDF no longer returns a struct"))?;
+        s.column_by_name(struct_field).cloned().ok_or_else(|| ApiError::invalid(format!("the UDF result lacks struct field '{struct_field}'")))?
+    };
+    if array.data_type() != field.data_type() {
+        return Err(ApiError::invalid(format!("the UDF returned {} for '{}', declared {}", array.data_type(), field.name(), field.data_type())));
+    }
+    Ok(array)
+}
