@@ -19,4 +19,3 @@ pub fn parse_data_type(value: &Value) -> ApiResult<DataType> {
     lance_namespace::schema::convert_json_arrow_type(&json_type)
         .map_err(|e| ApiError::invalid(format!("unsupported data_type: {e}")))
 }
-

@@ -18,6 +18,54 @@ struct Cli {
 enum Command {
     /// Serve the REST API over a data directory or object store root.
     Serve(ServeConfig),
+    /// UDF helpers.
+    #[command(subcommand)]
+    Udf(UdfCommand),
+}
+
+#[derive(Subcommand)]
+enum UdfCommand {
+    /// Check a Wasm module and print its manifest, checksum and a `virtual_column` JSON.
+    Package {
+        /// The compiled module (wasm32-unknown-unknown).
+        file: std::path::PathBuf,
+        /// The exported entry point.
+        #[arg(long)]
+        entry: String,
+        /// Configuration passed to the guest's init, as key=value (repeatable).
+        #[arg(long = "config", value_parser = parse_kv)]
+        config: Vec<(String, String)>,
+    },
+}
+
+fn parse_kv(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .ok_or_else(|| format!("'{s}' is not key=value"))
+}
+
+fn package(
+    file: &std::path::Path,
+    entry: &str,
+    config: Vec<(String, String)>,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    use base64::Engine;
+    let wasm = std::fs::read(file)?;
+    let packaged = lancet_udf::package(&wasm, entry, config.into_iter().collect())?;
+    println!("module sha256:      {}", packaged.module_sha256);
+    println!("manifest checksum:  {}", packaged.manifest_checksum);
+    let vc = serde_json::json!({
+        "input_columns": [],
+        "udf": base64::engine::general_purpose::STANDARD.encode(&wasm),
+        "udf_name": entry,
+        "udf_backend": "wasm",
+        "manifest": packaged.manifest_text,
+        "manifest_checksum": packaged.manifest_checksum,
+        "auto_backfill": false,
+    });
+    println!("virtual_column (fill in input_columns, and outputs for struct results):");
+    println!("{}", serde_json::to_string_pretty(&vc)?);
+    Ok(())
 }
 
 fn main() {
@@ -35,6 +83,11 @@ fn main() {
         .expect("tokio runtime");
     let result = match cli.command {
         Command::Serve(config) => runtime.block_on(lancet::server::serve(config)),
+        Command::Udf(UdfCommand::Package {
+            file,
+            entry,
+            config,
+        }) => package(&file, &entry, config),
     };
     if let Err(e) = result {
         eprintln!("lancet: {e}");

@@ -27,7 +27,10 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
 /// code in `_udfs/cache`. For an object-store root both live in a local cache directory.
 fn udf_config(config: &ServeConfig, root: &str) -> lancet_udf::RuntimeConfig {
     let base = if config.data.contains("://") {
-        std::env::var_os("HOME").map(std::path::PathBuf::from).unwrap_or_else(std::env::temp_dir).join(".cache/lancet/udfs")
+        std::env::var_os("HOME")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir)
+            .join(".cache/lancet/udfs")
     } else {
         std::path::PathBuf::from(root).join("_udfs")
     };

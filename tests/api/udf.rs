@@ -8,9 +8,19 @@ use serde_json::{Value, json};
 use crate::common::*;
 
 fn plugin(name: &str) -> Vec<u8> {
-    let dir = std::env::var("LANCET_PLUGINS_DIR").unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../plugins/target/wasm32-unknown-unknown/release").to_string());
+    let dir = std::env::var("LANCET_PLUGINS_DIR").unwrap_or_else(|_| {
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../plugins/target/wasm32-unknown-unknown/release"
+        )
+        .to_string()
+    });
     let path = format!("{dir}/{name}.wasm");
-    std::fs::read(&path).unwrap_or_else(|e| panic!("{path}: {e}; build the plugins first (bash plugins/build.sh, or run scripts/test.sh)"))
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "{path}: {e}; build the plugins first (bash plugins/build.sh, or run scripts/test.sh)"
+        )
+    })
 }
 
 fn virtual_column(name: &str, entry: &str, inputs: &[&str]) -> Value {
@@ -35,15 +45,29 @@ async fn virtual_column_defined_described_and_auto_backfilled() {
     assert_eq!(v["version"], 2);
     let d = s.ok("/v1/table/v/describe", json!({})).await;
     assert_eq!(d["virtual_columns"]["slug"]["udf_name"], "slugify");
-    assert_eq!(d["virtual_columns"]["slug"]["input_columns"], json!(["text"]));
+    assert_eq!(
+        d["virtual_columns"]["slug"]["input_columns"],
+        json!(["text"])
+    );
     // Existing rows: null until a backfill; new rows: computed in the same commit.
     let (status, w) = s.post_arrow("/v1/table/v/insert", &sample(3, 2)).await;
     assert_eq!(status, 200, "{w}");
     assert_eq!(w["version"], 3);
-    let rows = s.query("v", json!({"columns": ["id", "slug"], "filter": "id >= 1"})).await;
-    let mut pairs: Vec<(i64, Option<String>)> = ids(&rows).into_iter().zip(strings(&rows, "slug")).collect();
+    let rows = s
+        .query("v", json!({"columns": ["id", "slug"], "filter": "id >= 1"}))
+        .await;
+    let mut pairs: Vec<(i64, Option<String>)> =
+        ids(&rows).into_iter().zip(strings(&rows, "slug")).collect();
     pairs.sort();
-    assert_eq!(pairs, vec![(1, None), (2, None), (3, Some("row-3".into())), (4, Some("row-4".into()))]);
+    assert_eq!(
+        pairs,
+        vec![
+            (1, None),
+            (2, None),
+            (3, Some("row-3".into())),
+            (4, Some("row-4".into()))
+        ]
+    );
     // Time travel sees the definition current at each version.
     let d1 = s.ok("/v1/table/v/describe", json!({"version": 1})).await;
     assert_eq!(d1["virtual_columns"], json!({}));
@@ -58,10 +82,18 @@ async fn multi_output_virtual_column() {
         {"column": "user", "struct_field": "user", "data_type": {"type": "utf8"}, "nullable": true},
         {"column": "domain", "struct_field": "domain", "data_type": {"type": "utf8"}, "nullable": true},
     ]);
-    let v = s.ok("/v1/table/e/add_columns", json!({"new_columns": [{"name": "parts", "virtual_column": vc}]})).await;
+    let v = s
+        .ok(
+            "/v1/table/e/add_columns",
+            json!({"new_columns": [{"name": "parts", "virtual_column": vc}]}),
+        )
+        .await;
     assert_eq!(v["version"], 2, "both outputs in one commit");
     let d = s.ok("/v1/table/e/describe", json!({})).await;
-    assert_eq!(d["virtual_columns"]["domain"]["group"], json!(["user", "domain"]));
+    assert_eq!(
+        d["virtual_columns"]["domain"]["group"],
+        json!(["user", "domain"])
+    );
 }
 
 #[tokio::test]
@@ -108,7 +140,10 @@ async fn bad_virtual_columns_leave_the_table_unchanged() {
         assert_error(st, &b, 400, 13);
     }
     assert_eq!(s.version("x").await, 1);
-    assert_eq!(s.ok("/v1/table/x/describe", json!({})).await["virtual_columns"], json!({}));
+    assert_eq!(
+        s.ok("/v1/table/x/describe", json!({})).await["virtual_columns"],
+        json!({})
+    );
 }
 
 /// A definition for a module `package` would refuse: the manifest is written by hand.

@@ -98,24 +98,23 @@ pub fn service(
     body_limit: usize,
 ) -> axum::routing::IntoMakeService<tower_http::normalize_path::NormalizePath<Router>> {
     use tower::Layer;
-    let router = routes()
-        .fallback(errors::no_route)
-        .with_state(state)
-        .layer(DefaultBodyLimit::max(body_limit))
-        .layer(middleware::from_fn(errors::render_errors))
-        .layer(CatchPanicLayer::custom(
-            |_panic: Box<dyn std::any::Any + Send>| {
-                ApiError::internal("the server hit an internal fault handling this request")
-                    .into_response()
-            },
-        ))
-        .layer(middleware::from_fn(render_panics))
-        .layer(middleware::from_fn(response_headers))
-        .layer(
-            TraceLayer::new_for_http()
-                .on_request(())
-                .on_response(tower_http::trace::DefaultOnResponse::new().level(tracing::Level::INFO)),
-        );
+    let router =
+        routes()
+            .fallback(errors::no_route)
+            .with_state(state)
+            .layer(DefaultBodyLimit::max(body_limit))
+            .layer(middleware::from_fn(errors::render_errors))
+            .layer(CatchPanicLayer::custom(
+                |_panic: Box<dyn std::any::Any + Send>| {
+                    ApiError::internal("the server hit an internal fault handling this request")
+                        .into_response()
+                },
+            ))
+            .layer(middleware::from_fn(render_panics))
+            .layer(middleware::from_fn(response_headers))
+            .layer(TraceLayer::new_for_http().on_request(()).on_response(
+                tower_http::trace::DefaultOnResponse::new().level(tracing::Level::INFO),
+            ));
     axum::ServiceExt::<Request>::into_make_service(
         tower_http::normalize_path::NormalizePathLayer::trim_trailing_slash().layer(router),
     )

@@ -17,18 +17,30 @@ const TENANT: &str = "default";
 
 impl VirtualColumns {
     /// The hook the store runs on rows before writing them to an existing table.
-    pub fn insert_hook(&self) -> Box<dyn Fn(&lance::Dataset, Vec<RecordBatch>) -> ApiResult<Vec<RecordBatch>> + Sync + Send + '_> {
+    pub fn insert_hook(
+        &self,
+    ) -> Box<
+        dyn Fn(&lance::Dataset, Vec<RecordBatch>) -> ApiResult<Vec<RecordBatch>> + Sync + Send + '_,
+    > {
         Box::new(move |ds, batches| {
             let schema = Schema::from(ds.schema());
             let virtuals: Vec<(Field, Definition)> = schema
                 .fields()
                 .iter()
-                .filter_map(|f| f.metadata().get(DEFINITION_KEY).and_then(|t| serde_json::from_str(t).ok()).map(|d| (f.as_ref().clone(), d)))
+                .filter_map(|f| {
+                    f.metadata()
+                        .get(DEFINITION_KEY)
+                        .and_then(|t| serde_json::from_str(t).ok())
+                        .map(|d| (f.as_ref().clone(), d))
+                })
                 .collect();
             if virtuals.is_empty() {
                 return Ok(batches);
             }
-            batches.into_iter().map(|b| self.complete(&schema, &virtuals, b)).collect()
+            batches
+                .into_iter()
+                .map(|b| self.complete(&schema, &virtuals, b))
+                .collect()
         })
     }
 
@@ -37,7 +49,12 @@ impl VirtualColumns {
         Ok(batches)
     }
 
-    fn complete(&self, table: &Schema, virtuals: &[(Field, Definition)], batch: RecordBatch) -> ApiResult<RecordBatch> {
+    fn complete(
+        &self,
+        table: &Schema,
+        virtuals: &[(Field, Definition)],
+        batch: RecordBatch,
+    ) -> ApiResult<RecordBatch> {
         let rows = batch.num_rows();
         let mut results: HashMap<String, ArrayRef> = HashMap::new();
         let mut extra: HashMap<String, ArrayRef> = HashMap::new();
@@ -65,11 +82,21 @@ impl VirtualColumns {
         // report what is missing.
         let mut fields = Vec::new();
         let mut arrays = Vec::new();
-        let complete = table.fields().iter().all(|f| batch.column_by_name(f.name()).is_some() || extra.contains_key(f.name()));
+        let complete = table
+            .fields()
+            .iter()
+            .all(|f| batch.column_by_name(f.name()).is_some() || extra.contains_key(f.name()));
         if complete {
             for f in table.fields() {
-                let a = batch.column_by_name(f.name()).cloned().or_else(|| extra.get(f.name()).cloned()).unwrap();
-                fields.push(Field::new(f.name(), a.data_type().clone(), f.is_nullable()).with_metadata(f.metadata().clone()));
+                let a = batch
+                    .column_by_name(f.name())
+                    .cloned()
+                    .or_else(|| extra.get(f.name()).cloned())
+                    .unwrap();
+                fields.push(
+                    Field::new(f.name(), a.data_type().clone(), f.is_nullable())
+                        .with_metadata(f.metadata().clone()),
+                );
                 arrays.push(a);
             }
         } else {
@@ -94,14 +121,20 @@ impl VirtualColumns {
         let mut fields = Vec::new();
         let mut arrays = Vec::new();
         for name in &def.input_columns {
-            let col = batch
-                .column_by_name(name)
-                .ok_or_else(|| ApiError::invalid(format!("the written rows lack '{name}', an input of virtual column UDF '{}'", def.udf_name)))?;
+            let col = batch.column_by_name(name).ok_or_else(|| {
+                ApiError::invalid(format!(
+                    "the written rows lack '{name}', an input of virtual column UDF '{}'",
+                    def.udf_name
+                ))
+            })?;
             fields.push(Field::new(name, col.data_type().clone(), true));
             arrays.push(col.clone());
         }
-        let input = RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).map_err(ApiError::from)?;
-        self.runtime.invoke(&prepared, TENANT, &input, None, &self.limits).map_err(udf_error)
+        let input =
+            RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).map_err(ApiError::from)?;
+        self.runtime
+            .invoke(&prepared, TENANT, &input, None, &self.limits)
+            .map_err(udf_error)
     }
 }
 
@@ -110,11 +143,23 @@ fn pick(result: &ArrayRef, struct_field: &str, field: &Field) -> ApiResult<Array
     let array = if struct_field.is_empty() {
         result.clone()
     } else {
-        let s = result.as_any().downcast_ref::<StructArray>().ok_or_else(|| ApiError::invalid("the UDF no longer returns a struct"))?;
-        s.column_by_name(struct_field).cloned().ok_or_else(|| ApiError::invalid(format!("the UDF result lacks struct field '{struct_field}'")))?
+        let s = result
+            .as_any()
+            .downcast_ref::<StructArray>()
+            .ok_or_else(|| ApiError::invalid("the UDF no longer returns a struct"))?;
+        s.column_by_name(struct_field).cloned().ok_or_else(|| {
+            ApiError::invalid(format!(
+                "the UDF result lacks struct field '{struct_field}'"
+            ))
+        })?
     };
     if array.data_type() != field.data_type() {
-        return Err(ApiError::invalid(format!("the UDF returned {} for '{}', declared {}", array.data_type(), field.name(), field.data_type())));
+        return Err(ApiError::invalid(format!(
+            "the UDF returned {} for '{}', declared {}",
+            array.data_type(),
+            field.name(),
+            field.data_type()
+        )));
     }
     Ok(array)
 }

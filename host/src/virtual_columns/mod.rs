@@ -119,5 +119,9 @@ impl VirtualColumns {
 /// A UDF failure, as the HTTP layer answers it: definition problems are the caller's (400),
 /// failed calls name the UDF and the limit or trap.
 pub fn udf_error(err: UdfError) -> ApiError {
-    if err.is_definition_error() { ApiError::invalid(format!("UDF rejected: {err}")) } else { ApiError::invalid(format!("UDF call failed: {err}")) }
+    if err.is_definition_error() {
+        ApiError::invalid(format!("UDF rejected: {err}"))
+    } else {
+        ApiError::invalid(format!("UDF call failed: {err}"))
+    }
 }
