@@ -12,9 +12,9 @@ use arrow_array::types::{
 };
 use arrow_array::{
     Array, ArrayRef, FixedSizeListArray, Float32Array, Float64Array, Int64Array, RecordBatch,
-    StringArray, StructArray, builder::StringBuilder,
+    StringArray, StructArray,
 };
-use arrow_buffer::{BooleanBufferBuilder, NullBuffer, ScalarBuffer};
+use arrow_buffer::{BooleanBufferBuilder, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, Fields};
 
 use crate::{UdfError, udf_error};
@@ -120,26 +120,47 @@ pub fn for_each_str(array: &ArrayRef, mut f: impl FnMut(Option<&str>)) -> Result
     Ok(())
 }
 
-/// A Utf8 column from a string column: `f` writes one row's output into the (cleared)
-/// `String` it is given and returns false to make that row null. Null inputs stay null.
+/// A Utf8 column from a string column: `f` appends one row's output to the `String` it is
+/// given and returns false to make that row null. Null inputs stay null.
+///
+/// The `String` is the output column's value buffer itself (`f` must only append), so rows
+/// are never copied: a per-row copy costs a host call in Wasm (`memory.copy`).
 pub fn map_str(
     array: &ArrayRef,
     mut f: impl FnMut(&str, &mut String) -> bool,
 ) -> Result<ArrayRef, UdfError> {
-    let mut builder = StringBuilder::with_capacity(array.len(), array.len() * 16);
-    let mut scratch = String::new();
-    for_each_str(array, |value| match value {
-        Some(s) => {
-            scratch.clear();
-            if f(s, &mut scratch) {
-                builder.append_value(&scratch);
-            } else {
-                builder.append_null();
-            }
+    let mut values = String::with_capacity(array.len() * 16);
+    let mut offsets = Vec::with_capacity(array.len() + 1);
+    offsets.push(0i32);
+    let mut valid = BooleanBufferBuilder::new(array.len());
+    let mut misuse = false;
+    for_each_str(array, |value| {
+        let start = values.len();
+        let ok = value.is_some_and(|s| f(s, &mut values));
+        misuse |= values.len() < start;
+        if !ok {
+            values.truncate(start);
         }
-        None => builder.append_null(),
+        valid.append(ok);
+        offsets.push(values.len() as i32);
     })?;
-    let out: StringArray = builder.finish();
+    // Cheap checks that make the unchecked constructor below sound even if `f` broke the
+    // append-only rule: offsets must fit, never decrease, and sit on char boundaries.
+    if values.len() > i32::MAX as usize {
+        return Err(UdfError::new("string result larger than 2 GiB"));
+    }
+    if misuse || !offsets.iter().all(|&o| values.is_char_boundary(o as usize)) {
+        return Err(UdfError::new(
+            "map_str: the closure may only append to its String",
+        ));
+    }
+    let nulls = NullBuffer::new(valid.finish());
+    let nulls = (nulls.null_count() > 0).then_some(nulls);
+    let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
+    // SAFETY: checked above: offsets start at 0, never decrease (no row shrank the buffer),
+    // end at values.len(), and are char boundaries of a String, so every row is valid UTF-8.
+    let out =
+        unsafe { StringArray::new_unchecked(offsets, Buffer::from(values.into_bytes()), nulls) };
     Ok(Arc::new(out))
 }
 
@@ -216,6 +237,23 @@ mod tests {
             let r = r.as_string::<i32>();
             assert_eq!(r.iter().collect::<Vec<_>>(), vec![Some("AB"), None, None]);
         }
+    }
+
+    #[test]
+    fn map_str_refuses_closures_that_rewrite_earlier_rows() {
+        let a: ArrayRef = Arc::new(StringArray::from(vec!["é", "x"]));
+        let err = map_str(&a, |s, out| {
+            out.clear();
+            out.push_str(s);
+            true
+        });
+        assert!(err.is_err());
+        let err = map_str(&a, |s, out| {
+            out.insert(0, 'y');
+            out.push_str(s);
+            true
+        });
+        assert!(err.is_err(), "shifted a char boundary");
     }
 
     #[test]

@@ -12,10 +12,14 @@ pub fn split_email(text: &str) -> Option<(&str, &str)> {
     let user_ok = !user.is_empty() && !user.contains(|c: char| c.is_whitespace() || c == '@');
     let domain_ok = domain.contains('.')
         && domain.split('.').all(|label| {
+            let ok = |c: char| c.is_alphanumeric() || c == '-';
             !label.is_empty()
                 && !label.starts_with('-')
                 && !label.ends_with('-')
-                && label.chars().all(|c| c.is_alphanumeric() || c == '-')
+                && match label.is_ascii() {
+                    true => label.bytes().all(|b| ok(b as char)),
+                    false => label.chars().all(ok),
+                }
         });
     (user_ok && domain_ok).then_some((user, domain))
 }
@@ -29,7 +33,12 @@ pub fn email_parts(batch: &RecordBatch) -> Result<ArrayRef, UdfError> {
         Some((user, domain)) => {
             users.append_value(user);
             lower.clear();
-            lower.extend(domain.chars().flat_map(char::to_lowercase));
+            if domain.is_ascii() {
+                lower.push_str(domain);
+                lower.make_ascii_lowercase();
+            } else {
+                lower.extend(domain.chars().flat_map(char::to_lowercase));
+            }
             domains.append_value(&lower);
         }
         None => {

@@ -19,33 +19,55 @@ impl Embedder {
     /// Fills `out` (length [`DIM`], zeroed) with the embedding of `text`; false if it has no tokens.
     pub fn embed_into(&mut self, text: &str, out: &mut [f32]) -> bool {
         let mut any = false;
-        for word in text.split(|c: char| !c.is_alphanumeric()) {
-            if word.is_empty() {
-                continue;
-            }
-            any = true;
-            self.token.clear();
-            if word.is_ascii() {
-                self.token
-                    .extend(word.bytes().map(|b| b.to_ascii_lowercase()));
+        self.token.clear();
+        let bytes = text.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            // ASCII is handled byte by byte; anything else is decoded as a char.
+            let b = bytes[i];
+            if b.is_ascii() {
+                i += 1;
+                if b.is_ascii_alphanumeric() {
+                    self.token.push(b.to_ascii_lowercase());
+                    continue;
+                }
             } else {
-                let mut buf = [0u8; 4];
-                for c in word.chars().flat_map(char::to_lowercase) {
-                    self.token
-                        .extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                let c = text[i..].chars().next().expect("i is on a char boundary");
+                i += c.len_utf8();
+                if c.is_alphanumeric() {
+                    let mut buf = [0u8; 4];
+                    for l in c.to_lowercase() {
+                        self.token
+                            .extend_from_slice(l.encode_utf8(&mut buf).as_bytes());
+                    }
+                    continue;
                 }
             }
-            add(out, hash(&self.token), TOKEN_WEIGHT);
-            for gram in self.token.windows(3) {
-                add(out, hash(gram) ^ 0x9e37_79b9_7f4a_7c15, TRIGRAM_WEIGHT);
+            if !self.token.is_empty() {
+                any = true;
+                self.add_token(out);
             }
+        }
+        if !self.token.is_empty() {
+            any = true;
+            self.add_token(out);
         }
         let norm = out.iter().map(|v| v * v).sum::<f32>().sqrt();
         if !any || norm == 0.0 {
             return false;
         }
-        out.iter_mut().for_each(|v| *v /= norm);
+        let scale = 1.0 / norm;
+        out.iter_mut().for_each(|v| *v *= scale);
         true
+    }
+
+    /// Adds the current token (and its trigrams) to `out` and clears it.
+    fn add_token(&mut self, out: &mut [f32]) {
+        add(out, hash(&self.token), TOKEN_WEIGHT);
+        for gram in self.token.windows(3) {
+            add(out, hash(gram) ^ 0x9e37_79b9_7f4a_7c15, TRIGRAM_WEIGHT);
+        }
+        self.token.clear();
     }
 }
 

@@ -9,20 +9,29 @@ pub fn slugify_into(text: &str, out: &mut String) {
     let start = out.len();
     // A separator is only written once a following kept character shows it is not trailing.
     let mut dash = false;
-    for c in text.chars() {
-        if c.is_ascii_alphanumeric() {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b.is_ascii_alphanumeric() {
             separate(out, start, &mut dash);
-            out.push(c.to_ascii_lowercase());
-        } else if c.is_ascii() {
+            out.push(b.to_ascii_lowercase() as char);
+            i += 1;
+        } else if b.is_ascii() {
             dash = true;
-        } else if let Some(folded) = fold_latin(c) {
-            separate(out, start, &mut dash);
-            out.push_str(folded);
-        } else if c.is_alphanumeric() {
-            separate(out, start, &mut dash);
-            out.extend(c.to_lowercase());
+            i += 1;
         } else {
-            dash = true;
+            let c = text[i..].chars().next().expect("i is on a char boundary");
+            i += c.len_utf8();
+            if let Some(folded) = fold_latin(c) {
+                separate(out, start, &mut dash);
+                out.push_str(folded);
+            } else if c.is_alphanumeric() {
+                separate(out, start, &mut dash);
+                out.extend(c.to_lowercase());
+            } else {
+                dash = true;
+            }
         }
     }
 }
