@@ -6,25 +6,108 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use arrow_array::{Array, ArrayRef, RecordBatch, make_array};
 use arrow_buffer::Buffer;
 use arrow_data::ArrayData;
+use arrow_ipc::MetadataVersion;
 use arrow_ipc::reader::StreamDecoder;
-use arrow_ipc::writer::StreamWriter;
+use arrow_ipc::writer::{
+    CompressionContext, DictionaryTracker, EncodedData, IpcDataGenerator, IpcWriteOptions,
+    write_message,
+};
 use arrow_schema::DataType;
+use std::io::Write;
 
 use crate::UdfError;
 
 /// An IPC stream ends with this marker (or its pre-1.0 four-zero-byte form).
 const EOS: [u8; 8] = [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0];
 
-/// Encodes `batch` as an uncompressed IPC stream into `out` (cleared first; its capacity is
-/// reused across calls). Guests are built without IPC compression.
-pub(crate) fn encode_input(batch: &RecordBatch, out: &mut Vec<u8>) -> Result<(), UdfError> {
-    out.clear();
-    let mut writer = StreamWriter::try_new(&mut *out, &batch.schema())
+/// An input batch encoded as IPC messages but not yet laid out as one stream: the stream is
+/// assembled only once, directly in guest memory (one copy fewer than encoding into a host
+/// buffer and copying that in).
+pub(crate) struct EncodedInput {
+    messages: Vec<EncodedData>,
+    len: usize,
+}
+
+/// Body alignment of the input stream (arrow's default, and enough for every Arrow type).
+const ALIGNMENT: usize = 64;
+
+/// Uncompressed (guests are built without IPC compression), V5, [`ALIGNMENT`]-aligned.
+fn write_options() -> IpcWriteOptions {
+    IpcWriteOptions::try_new(ALIGNMENT, false, MetadataVersion::V5)
+        .expect("valid static IPC options")
+}
+
+pub(crate) fn encode_input(batch: &RecordBatch) -> Result<EncodedInput, UdfError> {
+    let options = write_options();
+    let generator = IpcDataGenerator::default();
+    let mut tracker = DictionaryTracker::new(false);
+    let schema =
+        generator.schema_to_bytes_with_dictionary_tracker(&batch.schema(), &mut tracker, &options);
+    let (dictionaries, data) = generator
+        .encode(
+            batch,
+            &mut tracker,
+            &options,
+            &mut CompressionContext::default(),
+        )
         .map_err(|e| UdfError::BadInput(e.to_string()))?;
-    writer
-        .write(batch)
-        .and_then(|_| writer.finish())
-        .map_err(|e| UdfError::BadInput(e.to_string()))
+    let mut messages = Vec::with_capacity(dictionaries.len() + 2);
+    messages.push(schema);
+    messages.extend(dictionaries);
+    messages.push(data);
+    let align = ALIGNMENT - 1;
+    // Mirrors arrow_ipc::writer::write_message: 8-byte prefix + flatbuffer, padded to the
+    // alignment, then the (already padded) body.
+    let framed =
+        |m: &EncodedData| ((m.ipc_message.len() + 8 + align) & !align) + m.arrow_data.len();
+    let len = messages.iter().map(framed).sum::<usize>() + EOS.len();
+    Ok(EncodedInput { messages, len })
+}
+
+impl EncodedInput {
+    /// Bytes the stream occupies.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Writes the whole stream into `out`, which must be exactly [`len`](Self::len) bytes.
+    pub(crate) fn write_to(self, out: &mut [u8]) -> Result<(), UdfError> {
+        let options = write_options();
+        let mut writer = SliceWriter { out, pos: 0 };
+        for message in self.messages {
+            write_message(&mut writer, message, &options)
+                .map_err(|e| UdfError::Internal(format!("laying out the input stream: {e}")))?;
+        }
+        writer
+            .write_all(&EOS)
+            .map_err(|e| UdfError::Internal(e.to_string()))?;
+        if writer.pos != writer.out.len() {
+            return Err(UdfError::Internal("input stream length miscomputed".into()));
+        }
+        Ok(())
+    }
+}
+
+struct SliceWriter<'a> {
+    out: &'a mut [u8],
+    pos: usize,
+}
+
+impl Write for SliceWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let end = self.pos + buf.len();
+        let dst = self
+            .out
+            .get_mut(self.pos..end)
+            .ok_or(std::io::ErrorKind::WriteZero)?;
+        dst.copy_from_slice(buf);
+        self.pos = end;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Decodes the guest's result stream: exactly one batch with exactly one column of `rows`
@@ -148,8 +231,16 @@ mod tests {
 
     fn stream_of(column: ArrayRef) -> Vec<u8> {
         let batch = RecordBatch::try_from_iter([("r", column)]).unwrap();
-        let mut out = Vec::new();
-        encode_input(&batch, &mut out).unwrap();
+        let encoded = encode_input(&batch).unwrap();
+        let mut out = vec![0; encoded.len()];
+        encoded.write_to(&mut out).unwrap();
+        // Same bytes as arrow's own StreamWriter produces.
+        let mut reference = Vec::new();
+        let mut w =
+            arrow_ipc::writer::StreamWriter::try_new(&mut reference, &batch.schema()).unwrap();
+        w.write(&batch).unwrap();
+        w.finish().unwrap();
+        assert_eq!(out, reference);
         out
     }
 

@@ -5,6 +5,7 @@ use arrow_buffer::Buffer;
 use wasmtime::{Engine, InstancePre, Memory, ResourceLimiter, Store, Trap, TypedFunc};
 
 use crate::UdfError;
+use crate::codec::EncodedInput;
 use crate::engine::{LOG_LINES_PER_CALL, deadline_ticks};
 use crate::limits::Limits;
 
@@ -71,6 +72,31 @@ impl ResourceLimiter for MemoryLimiter {
 
     fn memories(&self) -> usize {
         1
+    }
+}
+
+/// What the host writes into a fresh guest buffer before a call.
+pub(crate) enum Payload<'a> {
+    Bytes(&'a [u8]),
+    Stream(EncodedInput),
+}
+
+impl Payload<'_> {
+    fn len(&self) -> usize {
+        match self {
+            Payload::Bytes(b) => b.len(),
+            Payload::Stream(s) => s.len(),
+        }
+    }
+
+    fn write_to(self, out: &mut [u8]) -> Result<(), UdfError> {
+        match self {
+            Payload::Bytes(b) => {
+                out.copy_from_slice(b);
+                Ok(())
+            }
+            Payload::Stream(s) => s.write_to(out),
+        }
     }
 }
 
@@ -164,7 +190,7 @@ impl GuestInstance {
         else {
             return Ok(());
         };
-        match self.call_with(init, config_json, limits, udf)? {
+        match self.call_with(init, Payload::Bytes(config_json), limits, udf)? {
             Outcome::Ok(_) => Ok(()),
             Outcome::GuestError(message) => Err(UdfError::Init {
                 udf: udf.to_string(),
@@ -177,7 +203,7 @@ impl GuestInstance {
     pub(crate) fn call(
         &mut self,
         entry: &str,
-        input: &[u8],
+        input: EncodedInput,
         limits: &Limits,
         udf: &str,
     ) -> Result<Outcome, UdfError> {
@@ -195,13 +221,13 @@ impl GuestInstance {
                 f
             }
         };
-        self.call_with(func, input, limits, udf)
+        self.call_with(func, Payload::Stream(input), limits, udf)
     }
 
     fn call_with(
         &mut self,
         func: EntryFunc,
-        input: &[u8],
+        input: Payload<'_>,
         limits: &Limits,
         udf: &str,
     ) -> Result<Outcome, UdfError> {
@@ -218,9 +244,13 @@ impl GuestInstance {
         if ptr == 0 {
             return Err(memory_limit());
         }
-        self.memory
-            .write(&mut self.store, ptr as u32 as usize, input)
-            .map_err(|_| bad_output(udf, "lancet_alloc returned a buffer outside its memory"))?;
+        let start = ptr as u32 as usize;
+        let buffer = self
+            .memory
+            .data_mut(&mut self.store)
+            .get_mut(start..start + input.len())
+            .ok_or_else(|| bad_output(udf, "lancet_alloc returned a buffer outside its memory"))?;
+        input.write_to(buffer)?;
         let packed = func
             .call(&mut self.store, (ptr, len))
             .map_err(|e| self.call_error(e, udf, limits))?;

@@ -1,7 +1,6 @@
 //! Running a prepared UDF over a batch: split into calls of at most `max_rows_per_call` rows,
 //! run each in a tenant's instance under limits, validate, and stitch the results together.
 
-use std::cell::RefCell;
 use std::sync::atomic::Ordering;
 
 use arrow_array::{ArrayRef, RecordBatch, new_null_array};
@@ -26,13 +25,6 @@ pub struct InvokeOutput {
 enum Piece {
     Values(ArrayRef),
     Failed(usize, UdfError),
-}
-
-/// Input scratch per thread: an encoded batch is copied into the guest right away, so one
-/// buffer per thread is enough and its capacity is reused from call to call.
-const MAX_KEPT_SCRATCH: usize = 64 << 20;
-thread_local! {
-    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 impl Runtime {
@@ -127,14 +119,8 @@ impl Runtime {
         limits: &Limits,
     ) -> Result<ArrayRef, UdfError> {
         let mut instance = self.checkout(udf, tenant, limits)?;
-        let outcome = SCRATCH.with_borrow_mut(|scratch| {
-            encode_input(chunk, scratch)?;
-            let outcome = instance.call(&udf.manifest.entry, scratch, limits, &udf.label);
-            if scratch.capacity() > MAX_KEPT_SCRATCH {
-                *scratch = Vec::new();
-            }
-            outcome
-        });
+        let outcome = encode_input(chunk)
+            .and_then(|input| instance.call(&udf.manifest.entry, input, limits, &udf.label));
         let inner = &self.inner;
         match outcome {
             Ok(Outcome::Ok(stream)) => {
