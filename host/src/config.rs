@@ -14,6 +14,15 @@ pub struct ServeConfig {
     /// Largest accepted request body, in MiB.
     #[arg(long, env = "LANCET_MAX_BODY_MB", default_value_t = 512)]
     pub max_body_mb: usize,
+    /// Wall-time limit of one UDF call, in milliseconds.
+    #[arg(long, env = "LANCET_UDF_TIMEOUT_MS", default_value_t = 10_000)]
+    pub udf_timeout_ms: u64,
+    /// Linear-memory cap of one UDF instance, in MiB.
+    #[arg(long, env = "LANCET_UDF_MEMORY_MB", default_value_t = 256)]
+    pub udf_memory_mb: usize,
+    /// Largest result one UDF call may return, in MiB.
+    #[arg(long, env = "LANCET_UDF_MAX_OUTPUT_MB", default_value_t = 64)]
+    pub udf_max_output_mb: usize,
 }
 
 impl ServeConfig {

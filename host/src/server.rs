@@ -34,7 +34,11 @@ fn udf_config(config: &ServeConfig, root: &str) -> lancet_udf::RuntimeConfig {
     } else {
         std::path::PathBuf::from(root).join("_udfs")
     };
-    lancet_udf::RuntimeConfig::new(base.join("modules"), base.join("cache"))
+    let mut udf = lancet_udf::RuntimeConfig::new(base.join("modules"), base.join("cache"));
+    udf.default_limits.timeout = std::time::Duration::from_millis(config.udf_timeout_ms);
+    udf.default_limits.max_memory_bytes = config.udf_memory_mb * 1024 * 1024;
+    udf.default_limits.max_output_bytes = config.udf_max_output_mb * 1024 * 1024;
+    udf
 }
 
 /// Serve until SIGINT/SIGTERM; requests in flight (writes included) finish before exit.

@@ -157,3 +157,110 @@ fn virtual_column_raw(name: &str, entry: &str, inputs: &[&str]) -> Value {
         "manifest": manifest,
     })
 }
+
+fn misbehaving(entry: &str, inputs: &[&str], auto_backfill: bool) -> Value {
+    let wasm = plugin("misbehave");
+    let packaged = lancet_udf::package(&wasm, entry, BTreeMap::new()).unwrap();
+    json!({
+        "input_columns": inputs,
+        "udf": base64::engine::general_purpose::STANDARD.encode(&wasm),
+        "manifest": packaged.manifest_text,
+        "manifest_checksum": packaged.manifest_checksum,
+        "auto_backfill": auto_backfill,
+    })
+}
+
+#[tokio::test]
+async fn hostile_guests_are_stopped_and_the_server_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = Server::start_with(
+        dir,
+        &[
+            ("LANCET_UDF_TIMEOUT_MS", "1000"),
+            ("LANCET_UDF_MEMORY_MB", "64"),
+            ("LANCET_UDF_MAX_OUTPUT_MB", "1"),
+        ],
+    )
+    .await;
+    s.create_table("h", 3).await;
+
+    // Runaway guests misbehave even on the zero-row dry run: rejected at definition, with the
+    // UDF named, while another request is answered meanwhile.
+    for entry in [
+        "spin",
+        "bomb",
+        "recurse",
+        "wrong_rows",
+        "trap",
+        "panics",
+        "guest_error",
+    ] {
+        let add = async {
+            let r = s.post("/v1/table/h/add_columns", json!({"new_columns": [{"name": "bad", "virtual_column": misbehaving(entry, &["id"], false)}]})).await;
+            (r, std::time::Instant::now())
+        };
+        let other = async {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            let n = s.count("h", json!({})).await;
+            (n, std::time::Instant::now())
+        };
+        let (((st, body), add_done), (n, other_done)) = tokio::join!(add, other);
+        assert_error(st, &body, 400, 13);
+        assert!(
+            body["detail"].as_str().unwrap().contains(entry),
+            "{entry}: error does not name the UDF: {body}"
+        );
+        assert_eq!(n, 3);
+        if entry == "spin" {
+            assert!(
+                other_done < add_done,
+                "the server stopped answering while the guest spun"
+            );
+        }
+    }
+    assert_eq!(s.version("h").await, 1);
+
+    // Failures at run time: the write fails, naming the UDF, and changes nothing.
+    s.ok("/v1/table/h/add_columns", json!({"new_columns": [{"name": "checked", "virtual_column": misbehaving("fail_negative", &["id"], true)}]})).await;
+    s.ok("/v1/table/h/add_columns", json!({"new_columns": [{"name": "big", "virtual_column": misbehaving("huge_output", &["text"], false)}]})).await;
+    assert_eq!(s.version("h").await, 3);
+    let (st, body) = s.post_arrow("/v1/table/h/insert", &sample(-5, 2)).await;
+    assert_error(st, &body, 400, 13);
+    assert!(
+        body["detail"].as_str().unwrap().contains("fail_negative"),
+        "{body}"
+    );
+    assert_eq!(s.version("h").await, 3);
+    assert_eq!(s.count("h", json!({})).await, 3);
+    let (st, body) = s.post_arrow("/v1/table/h/insert", &sample(10, 1)).await;
+    assert_eq!(st, 200, "{body}");
+    let rows = s
+        .query(
+            "h",
+            json!({"columns": ["id", "checked"], "filter": "id = 10"}),
+        )
+        .await;
+    let checked = rows[0].column_by_name("checked").unwrap();
+    assert_eq!(
+        arrow_cast::display::array_value_to_string(checked, 0).unwrap(),
+        "10"
+    );
+
+    // An auto-backfilled column whose UDF returns more than the output cap.
+    let mut vc = misbehaving("huge_output", &["text"], true);
+    s.ok("/v1/table/h/drop_columns", json!({"columns": ["big"]}))
+        .await;
+    s.ok(
+        "/v1/table/h/add_columns",
+        json!({"new_columns": [{"name": "big", "virtual_column": vc}]}),
+    )
+    .await;
+    let before = s.version("h").await;
+    let (st, body) = s.post_arrow("/v1/table/h/insert", &sample(20, 1)).await;
+    assert_error(st, &body, 400, 13);
+    assert!(
+        body["detail"].as_str().unwrap().contains("huge_output"),
+        "{body}"
+    );
+    assert_eq!(s.version("h").await, before);
+}

@@ -94,7 +94,8 @@ impl Store {
         let _guard = self.write_lock(location, branch).await;
         let current = self.latest(location, branch).await?;
         let batches = match hook {
-            Some(h) => h(&current, batches)?,
+            // Hooks run UDFs, which block for up to their time limit: keep them off the async workers.
+            Some(h) => tokio::task::block_in_place(|| h(&current, batches))?,
             None => batches,
         };
         let mode = if overwrite {
@@ -125,7 +126,8 @@ impl Store {
         let _guard = self.write_lock(location, branch).await;
         let current = self.latest(location, branch).await?;
         let batches = match hook {
-            Some(h) => h(&current, batches)?,
+            // Hooks run UDFs, which block for up to their time limit: keep them off the async workers.
+            Some(h) => tokio::task::block_in_place(|| h(&current, batches))?,
             None => batches,
         };
         for key in &opts.on {
