@@ -6,6 +6,7 @@ mod batch;
 mod data;
 mod errors;
 mod history;
+mod indexes;
 mod namespaces;
 mod query;
 mod udf;

@@ -10,6 +10,7 @@ mod columns;
 mod data;
 pub mod errors;
 mod extract;
+mod indexes;
 mod namespaces;
 mod query;
 mod query_body;
@@ -74,6 +75,21 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/table/{id}/query", post(query::query))
         .route("/v1/table/{id}/explain_plan", post(query::explain_plan))
         .route("/v1/table/{id}/analyze_plan", post(query::analyze_plan))
+        // Tables: indexes
+        .route("/v1/table/{id}/create_index", post(indexes::create))
+        .route(
+            "/v1/table/{id}/create_scalar_index",
+            post(indexes::create_scalar),
+        )
+        .route("/v1/table/{id}/index/list", post(indexes::list))
+        .route(
+            "/v1/table/{id}/index/{index_name}/stats",
+            post(indexes::stats),
+        )
+        .route(
+            "/v1/table/{id}/index/{index_name}/drop",
+            post(indexes::drop),
+        )
         // Tables: schema
         .route("/v1/table/{id}/add_columns", post(columns::add))
         .route("/v1/table/{id}/alter_columns", post(columns::alter))

@@ -6,11 +6,13 @@
 
 mod columns;
 mod history;
+mod indexes;
 mod query;
 mod write;
 
 pub use columns::*;
 pub use history::*;
+pub use indexes::*;
 pub use query::*;
 pub use write::*;
 

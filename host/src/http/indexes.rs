@@ -1,0 +1,126 @@
+//! `/v1/table/{id}/{create_index,create_scalar_index,index/list,index/{name}/stats,index/{name}/drop}`.
+
+use axum::extract::{Path, State};
+use axum::response::Response;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::extract::{Common, JsonBody, Target, page, paginate};
+use super::{AppState, reply};
+use crate::error::{ApiError, ApiResult};
+use crate::store::{At, IndexOptions};
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct CreateBody {
+    #[serde(flatten)]
+    common: Common,
+    #[serde(flatten)]
+    options: IndexOptions,
+}
+
+async fn create_with(
+    app: AppState,
+    target: Target,
+    body: CreateBody,
+    default_type: Option<&str>,
+) -> ApiResult<Response> {
+    target.check_body_id(&body.common.id)?;
+    let mut opts = body.options;
+    if opts.column.is_empty() {
+        return Err(ApiError::invalid("create_index needs a 'column'"));
+    }
+    if opts.index_type.is_empty() {
+        opts.index_type = default_type
+            .ok_or_else(|| ApiError::invalid("create_index needs an 'index_type'"))?
+            .to_string();
+    }
+    let location = app.catalog.locate(&target.id).await?;
+    let branch = target.branch(&body.common.branch);
+    let version = app
+        .store
+        .create_index(&location, branch.as_deref(), &opts)
+        .await?;
+    Ok(reply(json!({ "version": version })))
+}
+
+pub async fn create(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<CreateBody>,
+) -> ApiResult<Response> {
+    create_with(app, target, body, None).await
+}
+
+pub async fn create_scalar(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<CreateBody>,
+) -> ApiResult<Response> {
+    create_with(app, target, body, Some("BTREE")).await
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct ReadBody {
+    #[serde(flatten)]
+    common: Common,
+    version: Option<i64>,
+    limit: Option<i64>,
+    page_token: Option<String>,
+}
+
+fn at(target: &Target, body: &ReadBody) -> ApiResult<At> {
+    let version = match body.version {
+        Some(v) => Some(v),
+        None => target.params.int("version")?,
+    };
+    At::new(target.branch(&body.common.branch), version)
+}
+
+pub async fn list(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<ReadBody>,
+) -> ApiResult<Response> {
+    target.check_body_id(&body.common.id)?;
+    let (limit, token) = page(&target.params, body.limit, body.page_token.clone())?;
+    let location = app.catalog.locate(&target.id).await?;
+    let entries = app
+        .store
+        .list_indexes(&location, &at(&target, &body)?)
+        .await?;
+    let (entries, next) = paginate(entries, limit, token.as_deref());
+    let indexes: Vec<Value> = entries.into_iter().map(|(_, v)| v).collect();
+    Ok(reply(json!({ "indexes": indexes, "page_token": next })))
+}
+
+pub async fn stats(
+    State(app): State<AppState>,
+    target: Target,
+    Path((_, name)): Path<(String, String)>,
+    JsonBody(body): JsonBody<ReadBody>,
+) -> ApiResult<Response> {
+    target.check_body_id(&body.common.id)?;
+    let location = app.catalog.locate(&target.id).await?;
+    Ok(reply(
+        app.store
+            .index_stats(&location, &at(&target, &body)?, &name)
+            .await?,
+    ))
+}
+
+pub async fn drop(
+    State(app): State<AppState>,
+    target: Target,
+    Path((_, name)): Path<(String, String)>,
+    JsonBody(body): JsonBody<Common>,
+) -> ApiResult<Response> {
+    target.check_body_id(&body.id)?;
+    let location = app.catalog.locate(&target.id).await?;
+    let version = app
+        .store
+        .drop_index(&location, target.branch(&body.branch).as_deref(), &name)
+        .await?;
+    Ok(reply(json!({ "version": version })))
+}

@@ -1,0 +1,181 @@
+use serde_json::json;
+
+use crate::common::*;
+
+#[tokio::test]
+async fn vector_scalar_and_fts_indexes() {
+    let s = Server::start().await;
+    s.create_table("ix", 300).await;
+    s.ok(
+        "/v1/table/ix/create_scalar_index",
+        json!({"column": "id", "name": "id_idx"}),
+    )
+    .await;
+    let v = s.ok("/v1/table/ix/create_index", json!({"column": "vec", "index_type": "IVF_FLAT", "name": "vec_idx", "num_partitions": 2, "distance_type": "l2"})).await;
+    assert_eq!(v["version"], 3);
+    s.ok(
+        "/v1/table/ix/create_index",
+        json!({"column": "text", "index_type": "INVERTED", "name": "text_idx", "lower_case": true}),
+    )
+    .await;
+
+    let list = s.ok("/v1/table/ix/index/list", json!({})).await;
+    let names: Vec<&str> = list["indexes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["index_name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["id_idx", "text_idx", "vec_idx"]);
+    for i in list["indexes"].as_array().unwrap() {
+        assert_eq!(i["status"], "SUCCEEDED");
+        assert_eq!(i["num_indexed_rows"], 300, "{i}");
+        assert_eq!(i["num_unindexed_rows"], 0);
+    }
+    let page = s.ok("/v1/table/ix/index/list", json!({"limit": 2})).await;
+    assert_eq!(page["indexes"].as_array().unwrap().len(), 2);
+    let rest = s
+        .ok(
+            "/v1/table/ix/index/list",
+            json!({"limit": 2, "page_token": page["page_token"]}),
+        )
+        .await;
+    assert_eq!(rest["indexes"][0]["index_name"], "vec_idx");
+
+    // Rows written after the build are still searched, unless fast_search.
+    s.post_arrow("/v1/table/ix/insert", &sample(300, 10)).await;
+    let stats = s.ok("/v1/table/ix/index/vec_idx/stats", json!({})).await;
+    assert_eq!(stats["num_indexed_rows"], 300, "{stats}");
+    assert_eq!(stats["num_unindexed_rows"], 10, "{stats}");
+    assert_eq!(stats["distance_type"], "l2", "{stats}");
+    assert!(
+        stats["index_type"].as_str().unwrap().contains("IVF"),
+        "{stats}"
+    );
+    let rows = s
+        .query(
+            "ix",
+            json!({"vector": [305.0, 0.0, 1.0, 2.0], "k": 1, "nprobes": 2}),
+        )
+        .await;
+    assert_eq!(ids(&rows), vec![305]);
+    let rows = s
+        .query(
+            "ix",
+            json!({"vector": [305.0, 0.0, 1.0, 2.0], "k": 1, "nprobes": 2, "fast_search": true}),
+        )
+        .await;
+    assert_ne!(ids(&rows), vec![305]);
+    let rows = s.query("ix", json!({"vector": [305.0, 0.0, 1.0, 2.0], "k": 1, "bypass_vector_index": true, "distance_type": "l2"})).await;
+    assert_eq!(ids(&rows), vec![305]);
+    // Filtered vector search, pre- and post-filter.
+    let rows = s.query("ix", json!({"vector": [5.0, 0.0, 1.0, 2.0], "k": 3, "filter": "id > 100", "prefilter": true, "nprobes": 2})).await;
+    assert!(ids(&rows).iter().all(|id| *id > 100));
+
+    // Full text, string and structured, alone and with a filter.
+    let rows = s.query("ix", json!({"full_text_query": {"string_query": {"query": "7", "columns": ["text"]}}, "k": 10})).await;
+    assert_eq!(ids(&rows), vec![7]);
+    let rows = s.query("ix", json!({"full_text_query": {"structured_query": {"query": {"match": {"column": "text", "terms": "42"}}}}, "k": 10})).await;
+    assert_eq!(ids(&rows), vec![42]);
+    let rows = s.query("ix", json!({"full_text_query": {"query": "row", "columns": ["text"]}, "filter": "id < 3", "k": 10})).await;
+    let mut got = ids(&rows);
+    got.sort();
+    assert_eq!(got, vec![0, 1, 2]);
+
+    // Drop.
+    s.ok("/v1/table/ix/index/id_idx/drop", json!({})).await;
+    let list = s.ok("/v1/table/ix/index/list", json!({})).await;
+    assert_eq!(list["indexes"].as_array().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn index_bad_input_and_branches() {
+    let s = Server::start().await;
+    s.create_table("ib", 50).await;
+    let (st, b) = s
+        .post(
+            "/v1/table/ib/create_index",
+            json!({"column": "vec", "index_type": "SUPER_FAST"}),
+        )
+        .await;
+    assert_error(st, &b, 400, 13);
+    let (st, b) = s
+        .post(
+            "/v1/table/ib/create_index",
+            json!({"column": "nosuch", "index_type": "BTREE"}),
+        )
+        .await;
+    assert_error(st, &b, 404, 12);
+    let (st, b) = s
+        .post(
+            "/v1/table/ib/create_index",
+            json!({"column": "vec", "index_type": "IVF_FLAT", "num_partitions": -1}),
+        )
+        .await;
+    assert_error(st, &b, 400, 13);
+    let (st, b) = s
+        .post(
+            "/v1/table/ib/create_index",
+            json!({"column": "vec", "index_type": "IVF_FLAT", "distance_type": "manhattan"}),
+        )
+        .await;
+    assert_error(st, &b, 400, 13);
+    s.ok(
+        "/v1/table/ib/create_scalar_index",
+        json!({"column": "id", "name": "i"}),
+    )
+    .await;
+    let (st, b) = s
+        .post(
+            "/v1/table/ib/create_scalar_index",
+            json!({"column": "id", "name": "i"}),
+        )
+        .await;
+    assert_error(st, &b, 409, 7);
+    let (st, b) = s.post("/v1/table/ib/index/none/stats", json!({})).await;
+    assert_error(st, &b, 404, 6);
+    let (st, b) = s.post("/v1/table/ib/index/none/drop", json!({})).await;
+    assert_error(st, &b, 404, 6);
+    // Query bad input.
+    for (body, want) in [
+        (json!({"vector": [1.0, 2.0], "k": 3}), 400),
+        (
+            json!({"vector": {"multi_vector": [[1.0, 2.0]]}, "k": 3}),
+            400,
+        ),
+        (
+            json!({"vector": [1.0, 0.0, 0.0, 0.0], "vector_column": "nosuch"}),
+            404,
+        ),
+        (json!({"vector": [1.0, 0.0, 0.0, 0.0], "k": -1}), 400),
+        (json!({"vector": [1.0, 0.0, 0.0, 0.0], "offset": -2}), 400),
+        (json!({"filter": "nosuch > 1"}), 404),
+    ] {
+        let (st, b) = s.post("/v1/table/ib/query", body.clone()).await;
+        assert_eq!(st, want, "{body} -> {b}");
+    }
+    // An index built on a branch does not appear on main.
+    s.ok("/v1/table/ib/branches/create", json!({"name": "dev"}))
+        .await;
+    s.ok(
+        "/v1/table/ib/create_scalar_index",
+        json!({"column": "text", "name": "t", "index_type": "BITMAP", "branch": "dev"}),
+    )
+    .await;
+    assert_eq!(
+        s.ok("/v1/table/ib/index/list", json!({"branch": "dev"}))
+            .await["indexes"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(
+        s.ok("/v1/table/ib/index/list", json!({})).await["indexes"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(s.version("ib").await, 2);
+}
