@@ -13,9 +13,15 @@ pub fn parse_data_type(value: &Value) -> ApiResult<DataType> {
         Value::String(name) => json!({ "type": name }),
         other => other.clone(),
     };
-    let json_type: JsonArrowDataType = serde_json::from_value(value).map_err(|e| {
+    let json_type: JsonArrowDataType = serde_json::from_value(value.clone()).map_err(|e| {
         ApiError::invalid(format!("data_type is not a JSON Arrow type object: {e}"))
     })?;
-    lance_namespace::schema::convert_json_arrow_type(&json_type)
-        .map_err(|e| ApiError::invalid(format!("unsupported data_type: {e}")))
+    match lance_namespace::schema::convert_json_arrow_type(&json_type) {
+        Ok(t) => Ok(t),
+        // The lancedb SDK names types as lance's JSON schema does ("string", "float").
+        Err(e) => serde_json::from_value::<lance::arrow::json::JsonDataType>(value)
+            .ok()
+            .and_then(|t| DataType::try_from(&t).ok())
+            .ok_or_else(|| ApiError::invalid(format!("unsupported data_type: {e}"))),
+    }
 }

@@ -184,7 +184,9 @@ pub async fn update(
             body.predicate.as_deref(),
         )
         .await?;
-    Ok(reply(json!({ "updated_rows": rows, "version": version })))
+    Ok(reply(
+        json!({ "updated_rows": rows, "rows_updated": rows, "version": version }),
+    ))
 }
 
 #[derive(Deserialize, Default)]
@@ -206,11 +208,13 @@ pub async fn delete(
         .ok_or_else(|| ApiError::invalid("delete needs a 'predicate'"))?;
     let location = app.catalog.locate(&target.id).await?;
     let branch = target.branch(&body.common.branch);
-    let version = app
+    let (version, deleted) = app
         .store
         .delete(&location, branch.as_deref(), &predicate)
         .await?;
-    Ok(reply(json!({ "version": version })))
+    Ok(reply(
+        json!({ "version": version, "num_deleted_rows": deleted }),
+    ))
 }
 
 #[derive(Deserialize, Default)]

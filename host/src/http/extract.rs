@@ -189,3 +189,23 @@ pub fn paginate<T>(
         _ => (items, None),
     }
 }
+
+/// Which client dialect to answer in where real clients disagree on a response's shape. The
+/// lancedb SDK's remote client always sends `x-lancedb-database`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Namespace,
+    LanceDb,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Dialect {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        Ok(if parts.headers.contains_key("x-lancedb-database") {
+            Dialect::LanceDb
+        } else {
+            Dialect::Namespace
+        })
+    }
+}

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::arrow_body::ArrowBody;
-use super::extract::{Common, JsonBody, Target, page};
+use super::extract::{Common, Dialect, JsonBody, Target, page};
 use super::namespaces::{model, to_json};
 use super::{AppState, reply};
 use crate::catalog::not_found_as_table;
@@ -105,6 +105,7 @@ pub struct DescribeBody {
 pub async fn describe(
     State(app): State<AppState>,
     target: Target,
+    dialect: Dialect,
     JsonBody(body): JsonBody<DescribeBody>,
 ) -> ApiResult<Response> {
     target.check_body_id(&body.common.id)?;
@@ -136,10 +137,18 @@ pub async fn describe(
     match app.store.read(&location, &at).await {
         Ok(ds) => {
             let schema = arrow_schema::Schema::from(ds.schema());
-            let json_schema =
-                lance_namespace::schema::arrow_schema_to_json(&schema).map_err(ApiError::from)?;
+            // The namespace clients read the upstream JSON Arrow schema ("utf8"); the lancedb
+            // SDK reads lance's own JSON schema ("string").
+            out["schema"] = match dialect {
+                Dialect::Namespace => to_json(
+                    lance_namespace::schema::arrow_schema_to_json(&schema)
+                        .map_err(ApiError::from)?,
+                )?,
+                Dialect::LanceDb => to_json(
+                    lance::arrow::json::JsonSchema::try_from(&schema).map_err(ApiError::from)?,
+                )?,
+            };
             out["version"] = json!(ds.version().version);
-            out["schema"] = to_json(json_schema)?;
             out["is_only_declared"] = json!(false);
             out["stats"] = json!({ "num_deleted_rows": 0, "num_fragments": ds.count_fragments() });
             out["virtual_columns"] = crate::virtual_columns::describe(&schema);

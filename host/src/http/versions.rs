@@ -5,7 +5,9 @@ use axum::response::Response;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::extract::{Common, JsonBody, Target, page, paginate};
+use axum::response::IntoResponse;
+
+use super::extract::{Common, Dialect, JsonBody, Target, page, paginate};
 use super::{AppState, reply};
 use crate::error::{ApiError, ApiResult};
 use crate::store::At;
@@ -64,7 +66,7 @@ pub async fn list(
     }
     let versions: Vec<_> = versions
         .into_iter()
-        .map(|v| json!({ "version": v.version, "timestamp_millis": v.timestamp_millis, "timestamp": v.timestamp_millis, "metadata": v.metadata, "manifest_path": "" }))
+        .map(|v| json!({ "version": v.version, "timestamp_millis": v.timestamp_millis, "timestamp": chrono::DateTime::from_timestamp_millis(v.timestamp_millis).map(|t| t.to_rfc3339()), "metadata": v.metadata, "manifest_path": "" }))
         .collect();
     Ok(reply(json!({ "versions": versions, "page_token": next })))
 }
@@ -120,15 +122,25 @@ impl TagBody {
     }
 }
 
+/// The spec's `{"tags": {...}, "page_token"}`; the lancedb SDK instead parses the body as one
+/// flat map of tag name to lance's camelCase `TagContents`.
 pub async fn list_tags(
     State(app): State<AppState>,
     target: Target,
+    dialect: Dialect,
     JsonBody(body): JsonBody<TagBody>,
 ) -> ApiResult<Response> {
     target.check_body_id(&body.common.id)?;
     let (limit, token) = page(&target.params, body.limit, body.page_token)?;
     let location = app.catalog.locate(&target.id).await?;
     let tags = app.store.list_tags(&location).await?;
+    if dialect == Dialect::LanceDb {
+        let flat: serde_json::Map<String, serde_json::Value> = tags
+            .into_iter()
+            .map(|(name, t)| (name, json!({ "branch": t.branch, "version": t.version, "manifestSize": t.manifest_size, "metadata": t.metadata })))
+            .collect();
+        return Ok(axum::Json(serde_json::Value::Object(flat)).into_response());
+    }
     let (tags, next) = paginate(tags.into_iter().collect(), limit, token.as_deref());
     let tags: serde_json::Map<String, serde_json::Value> = tags
         .into_iter()

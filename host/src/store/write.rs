@@ -227,7 +227,7 @@ impl Store {
         location: &str,
         branch: Option<&str>,
         predicate: &str,
-    ) -> ApiResult<u64> {
+    ) -> ApiResult<(u64, u64)> {
         if predicate.trim().is_empty() {
             return Err(ApiError::invalid(
                 "predicate must not be empty (use 'true' to delete every row)",
@@ -238,7 +238,7 @@ impl Store {
         let result = ds.delete(predicate).await.map_err(ApiError::from)?;
         let version = result.new_dataset.version().version;
         self.remember(location, branch, result.new_dataset);
-        Ok(version)
+        Ok((version, result.num_deleted_rows))
     }
 }
 
