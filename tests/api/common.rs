@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 pub struct Server {
     child: Child,
     pub base: String,
-    pub data: tempfile::TempDir,
+    data: Option<tempfile::TempDir>,
     pub client: reqwest::Client,
 }
 
@@ -48,7 +48,7 @@ impl Server {
         Server {
             child,
             base,
-            data,
+            data: Some(data),
             client: reqwest::Client::new(),
         }
     }
@@ -158,6 +158,11 @@ impl Server {
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// Keep the data directory beyond this server (to restart another on it).
+    pub fn take_data(&mut self) -> tempfile::TempDir {
+        self.data.take().expect("data directory already taken")
     }
 
     pub fn pid(&self) -> u32 {

@@ -8,5 +8,6 @@ mod errors;
 mod history;
 mod indexes;
 mod namespaces;
+mod protocol;
 mod query;
 mod udf;

@@ -123,12 +123,14 @@ async fn precheck(app: &AppState, op: &Op) -> ApiResult<()> {
                 .map(|_| ())
         }
         Op::DeleteVersions(r) => {
-            if r.ranges
-                .iter()
-                .any(|rg| rg.start_version < 0 || rg.end_version < rg.start_version)
-            {
+            // Ranges are half-open, [start_version, end_version); a negative end means
+            // "through the latest version".
+            let bad = |rg: &lance_namespace::models::VersionRange| {
+                rg.start_version < 0 || (rg.end_version >= 0 && rg.end_version < rg.start_version)
+            };
+            if r.ranges.iter().any(bad) {
                 return Err(ApiError::invalid(
-                    "delete_table_versions ranges must satisfy 0 <= start_version <= end_version",
+                    "delete_table_versions ranges are [start_version, end_version) with 0 <= start_version <= end_version, or end_version < 0 for through-latest",
                 ));
             }
             app.catalog
@@ -223,7 +225,7 @@ async fn roll_back(app: &AppState, undo: Vec<Undo>) {
             } => {
                 let range = lance_namespace::models::VersionRange {
                     start_version: version,
-                    end_version: version,
+                    end_version: version + 1,
                 };
                 let request = BatchDeleteTableVersionsRequest {
                     id: Some(id),

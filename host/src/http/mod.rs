@@ -7,6 +7,7 @@ mod arrow_body;
 mod batch;
 mod branches;
 mod columns;
+mod context;
 mod data;
 pub mod errors;
 mod extract;
@@ -128,6 +129,7 @@ pub fn service(
             ))
             .layer(middleware::from_fn(render_panics))
             .layer(middleware::from_fn(response_headers))
+            .layer(middleware::from_fn(context::map_context))
             .layer(TraceLayer::new_for_http().on_request(()).on_response(
                 tower_http::trace::DefaultOnResponse::new().level(tracing::Level::INFO),
             ));
@@ -161,19 +163,7 @@ async fn response_headers(request: Request, next: Next) -> Response {
     response
 }
 
-/// A JSON answer. Spec 2.3: the response headers this server sets travel back in `context` as
-/// `header.<name>` entries too.
-pub fn reply(mut body: Value) -> Response {
-    if let Value::Object(map) = &mut body {
-        let context = map
-            .entry("context")
-            .or_insert_with(|| Value::Object(Default::default()));
-        if let Value::Object(ctx) = context {
-            ctx.insert(
-                "header.phalanx-version".into(),
-                Value::String(PHALANX_VERSION.into()),
-            );
-        }
-    }
+/// A JSON answer (its `context` is filled by `context::map_context`).
+pub fn reply(body: Value) -> Response {
     axum::Json(body).into_response()
 }

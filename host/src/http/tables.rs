@@ -150,7 +150,9 @@ pub async fn describe(
             };
             out["version"] = json!(ds.version().version);
             out["is_only_declared"] = json!(false);
-            out["stats"] = json!({ "num_deleted_rows": 0, "num_fragments": ds.count_fragments() });
+            let deleted = ds.count_deleted_rows().await.map_err(ApiError::from)?;
+            out["stats"] =
+                json!({ "num_deleted_rows": deleted, "num_fragments": ds.count_fragments() });
             out["virtual_columns"] = crate::virtual_columns::describe(&schema);
         }
         Err(e)

@@ -139,7 +139,9 @@ pub async fn list_tags(
             .into_iter()
             .map(|(name, t)| (name, json!({ "branch": t.branch, "version": t.version, "manifestSize": t.manifest_size, "metadata": t.metadata })))
             .collect();
-        return Ok(axum::Json(serde_json::Value::Object(flat)).into_response());
+        let mut response = axum::Json(serde_json::Value::Object(flat)).into_response();
+        response.extensions_mut().insert(super::context::Verbatim);
+        return Ok(response);
     }
     let (tags, next) = paginate(tags.into_iter().collect(), limit, token.as_deref());
     let tags: serde_json::Map<String, serde_json::Value> = tags

@@ -1,0 +1,118 @@
+//! Spec 2.3 context mapping, both ways, for JSON requests and answers:
+//! - a request body's `context` entries `header.X` become request headers `X` (never the
+//!   credential or database headers: a body cannot grant itself another identity or database);
+//! - every header of a JSON object answer is mirrored into its `context` as `header.X`.
+
+use axum::body::{Body, to_bytes};
+use axum::extract::Request;
+use axum::http::{HeaderName, HeaderValue, header};
+use axum::middleware::Next;
+use axum::response::Response;
+use serde_json::Value;
+
+/// Marks an answer whose JSON shape a client parses strictly (no `context` may be added).
+#[derive(Clone, Copy)]
+pub struct Verbatim;
+
+fn plain(err: crate::error::ApiError) -> Response {
+    use axum::response::IntoResponse;
+    (err.status, axum::Json(super::errors::error_json(&err, ""))).into_response()
+}
+
+/// JSON bodies this layer reads whole; larger ones pass through untouched.
+const MAX_JSON: usize = 8 * 1024 * 1024;
+
+const PROTECTED: &[&str] = &[
+    "authorization",
+    "x-api-key",
+    "x-service-database",
+    "x-lancedb-database",
+    "host",
+    "content-length",
+    "content-type",
+    "transfer-encoding",
+];
+
+fn is_json(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|ct| ct.as_bytes().starts_with(b"application/json"))
+}
+
+pub async fn map_context(request: Request, next: Next) -> Response {
+    let request = match request_headers_from_context(request).await {
+        Ok(r) => r,
+        Err(response) => return *response,
+    };
+    let response = next.run(request).await;
+    if !response.status().is_success()
+        || !is_json(response.headers())
+        || response.extensions().get::<Verbatim>().is_some()
+    {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = to_bytes(body, MAX_JSON).await else {
+        return plain(crate::error::ApiError::internal(
+            "answer too large to map its context",
+        ));
+    };
+    let Ok(Value::Object(mut map)) = serde_json::from_slice::<Value>(&bytes) else {
+        return Response::from_parts(parts, Body::from(bytes));
+    };
+    let context = map
+        .entry("context")
+        .or_insert_with(|| Value::Object(Default::default()));
+    if !context.is_object() {
+        *context = Value::Object(Default::default());
+    }
+    if let Value::Object(ctx) = context {
+        for (name, value) in parts.headers.iter() {
+            if name == header::CONTENT_TYPE || name == header::CONTENT_LENGTH {
+                continue;
+            }
+            if let Ok(v) = value.to_str() {
+                ctx.insert(format!("header.{name}"), Value::String(v.to_string()));
+            }
+        }
+    }
+    let out = serde_json::to_vec(&Value::Object(map)).unwrap_or_else(|_| bytes.to_vec());
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(out))
+}
+
+async fn request_headers_from_context(request: Request) -> Result<Request, Box<Response>> {
+    let wants = request.headers().get(header::CONTENT_TYPE).is_none() || is_json(request.headers());
+    let small = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+        .is_some_and(|n| n <= MAX_JSON);
+    if !wants || !small {
+        return Ok(request);
+    }
+    let (mut parts, body) = request.into_parts();
+    let bytes = to_bytes(body, MAX_JSON).await.map_err(|_| {
+        Box::new(plain(crate::error::ApiError::invalid(
+            "unreadable request body",
+        )))
+    })?;
+    if let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(&bytes)
+        && let Some(Value::Object(ctx)) = map.get("context")
+    {
+        for (key, value) in ctx {
+            let (Some(name), Some(value)) = (key.strip_prefix("header."), value.as_str()) else {
+                continue;
+            };
+            if PROTECTED.iter().any(|p| name.eq_ignore_ascii_case(p)) {
+                continue;
+            }
+            if let (Ok(name), Ok(value)) =
+                (HeaderName::try_from(name), HeaderValue::try_from(value))
+            {
+                parts.headers.insert(name, value);
+            }
+        }
+    }
+    Ok(Request::from_parts(parts, Body::from(bytes)))
+}
