@@ -247,7 +247,7 @@ async fn hostile_guests_are_stopped_and_the_server_keeps_serving() {
     );
 
     // An auto-backfilled column whose UDF returns more than the output cap.
-    let mut vc = misbehaving("huge_output", &["text"], true);
+    let vc = misbehaving("huge_output", &["text"], true);
     s.ok("/v1/table/h/drop_columns", json!({"columns": ["big"]}))
         .await;
     s.ok(

@@ -19,8 +19,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::extract::JsonBody;
-use super::namespaces::to_json;
-use super::{AppState, reply};
+use super::{AppState, reply, to_json};
 use crate::error::{ApiError, ApiResult};
 
 #[derive(Deserialize, Default)]

@@ -209,3 +209,33 @@ impl<S: Send + Sync> FromRequestParts<S> for Dialect {
         })
     }
 }
+
+/// A JSON body decoded into an upstream request model, with the path's id in its `id` (a body
+/// `id` that disagrees is a 400). `context` and `identity` are the HTTP layer's business and
+/// are not passed down.
+pub struct Model<T>(pub Target, pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Model<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let (mut parts, body) = req.into_parts();
+        let target = Target::from_request_parts(&mut parts, state).await?;
+        let JsonBody(mut value) =
+            JsonBody::<serde_json::Value>::from_request(Request::from_parts(parts, body), state)
+                .await?;
+        let map = value
+            .as_object_mut()
+            .ok_or_else(|| ApiError::invalid("the request body must be a JSON object"))?;
+        let body_id: Option<Vec<String>> = map
+            .get("id")
+            .and_then(|v| serde_json::from_value(v.clone()).ok());
+        target.check_body_id(&body_id)?;
+        map.insert("id".into(), serde_json::json!(target.id));
+        map.remove("context");
+        map.remove("identity");
+        let model = serde_json::from_value(value)
+            .map_err(|e| ApiError::invalid(format!("invalid request body: {e}")))?;
+        Ok(Model(target, model))
+    }
+}

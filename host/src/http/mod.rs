@@ -31,7 +31,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::App;
-use crate::error::ApiError;
+use crate::error::{ApiError, ApiResult};
 
 pub type AppState = Arc<App>;
 
@@ -164,6 +164,20 @@ async fn response_headers(request: Request, next: Next) -> Response {
 }
 
 /// A JSON answer (its `context` is filled by `context::map_context`).
+/// An upstream response model (or error) as a JSON answer.
+pub fn answer<T: serde::Serialize>(result: Result<T, impl Into<ApiError>>) -> ApiResult<Response> {
+    respond(result.map_err(Into::into)?)
+}
+
+/// An upstream response model as a JSON answer.
+pub fn respond<T: serde::Serialize>(value: T) -> ApiResult<Response> {
+    Ok(reply(to_json(value)?))
+}
+
+pub fn to_json<T: serde::Serialize>(value: T) -> ApiResult<Value> {
+    serde_json::to_value(value).map_err(|e| ApiError::internal(e.to_string()))
+}
+
 pub fn reply(body: Value) -> Response {
     axum::Json(body).into_response()
 }

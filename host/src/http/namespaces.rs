@@ -6,58 +6,23 @@ use lance_namespace::models::{
     CreateNamespaceRequest, DescribeNamespaceRequest, DropNamespaceRequest, DropTableRequest,
     ListNamespacesRequest, ListTablesRequest, NamespaceExistsRequest,
 };
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::extract::{JsonBody, Target, page};
-use super::{AppState, reply};
+use super::extract::{Model, page};
+use super::{AppState, answer, reply, respond};
 use crate::error::{ApiError, ApiResult};
-
-/// Deserialize a body into an upstream request model with the path's id. `context` and
-/// `identity` are the HTTP layer's business and are not passed down.
-pub(super) fn model<T: serde::de::DeserializeOwned>(
-    target: &Target,
-    mut body: Value,
-) -> ApiResult<T> {
-    if !body.is_object() {
-        return Err(ApiError::invalid("the request body must be a JSON object"));
-    }
-    let body_id: Option<Vec<String>> = body
-        .get("id")
-        .and_then(|v| serde_json::from_value(v.clone()).ok());
-    target.check_body_id(&body_id)?;
-    let map = body.as_object_mut().unwrap();
-    map.insert("id".into(), json!(target.id));
-    map.remove("context");
-    map.remove("identity");
-    serde_json::from_value(body)
-        .map_err(|e| ApiError::invalid(format!("invalid request body: {e}")))
-}
-
-pub(super) fn to_json<T: serde::Serialize>(value: T) -> ApiResult<Value> {
-    serde_json::to_value(value).map_err(|e| ApiError::internal(e.to_string()))
-}
 
 pub async fn create(
     State(app): State<AppState>,
-    target: Target,
-    JsonBody(body): JsonBody<Value>,
+    Model(_, request): Model<CreateNamespaceRequest>,
 ) -> ApiResult<Response> {
-    let request: CreateNamespaceRequest = model(&target, body)?;
-    let response = app
-        .catalog
-        .ns()
-        .create_namespace(request)
-        .await
-        .map_err(ApiError::from)?;
-    Ok(reply(to_json(response)?))
+    answer(app.catalog.ns().create_namespace(request).await)
 }
 
 pub async fn list(
     State(app): State<AppState>,
-    target: Target,
-    JsonBody(body): JsonBody<Value>,
+    Model(target, mut request): Model<ListNamespacesRequest>,
 ) -> ApiResult<Response> {
-    let mut request: ListNamespacesRequest = model(&target, body)?;
     let (limit, token) = page(
         &target.params,
         request.limit.map(i64::from),
@@ -65,36 +30,20 @@ pub async fn list(
     )?;
     request.limit = limit.map(|l| l as i32);
     request.page_token = token;
-    let response = app
-        .catalog
-        .ns()
-        .list_namespaces(request)
-        .await
-        .map_err(ApiError::from)?;
-    Ok(reply(to_json(response)?))
+    answer(app.catalog.ns().list_namespaces(request).await)
 }
 
 pub async fn describe(
     State(app): State<AppState>,
-    target: Target,
-    JsonBody(body): JsonBody<Value>,
+    Model(_, request): Model<DescribeNamespaceRequest>,
 ) -> ApiResult<Response> {
-    let request: DescribeNamespaceRequest = model(&target, body)?;
-    let response = app
-        .catalog
-        .ns()
-        .describe_namespace(request)
-        .await
-        .map_err(ApiError::from)?;
-    Ok(reply(to_json(response)?))
+    answer(app.catalog.ns().describe_namespace(request).await)
 }
 
 pub async fn exists(
     State(app): State<AppState>,
-    target: Target,
-    JsonBody(body): JsonBody<Value>,
+    Model(_, request): Model<NamespaceExistsRequest>,
 ) -> ApiResult<Response> {
-    let request: NamespaceExistsRequest = model(&target, body)?;
     app.catalog
         .ns()
         .namespace_exists(request)
@@ -105,10 +54,8 @@ pub async fn exists(
 
 pub async fn drop(
     State(app): State<AppState>,
-    target: Target,
-    JsonBody(body): JsonBody<Value>,
+    Model(target, request): Model<DropNamespaceRequest>,
 ) -> ApiResult<Response> {
-    let request: DropNamespaceRequest = model(&target, body)?;
     if target.id.is_empty() {
         return Err(ApiError::invalid("the root namespace cannot be dropped"));
     }
@@ -145,7 +92,7 @@ pub async fn drop(
         .await
         .map_err(ApiError::from)?;
     app.catalog.invalidate_all();
-    Ok(reply(to_json(response)?))
+    respond(response)
 }
 
 /// Cascade: drop every table and child namespace below `id`, deepest first.
@@ -212,10 +159,8 @@ async fn list_all_namespaces(app: &AppState, id: &[String]) -> ApiResult<Vec<Str
 
 pub async fn list_tables(
     State(app): State<AppState>,
-    target: Target,
-    JsonBody(body): JsonBody<Value>,
+    Model(target, mut request): Model<ListTablesRequest>,
 ) -> ApiResult<Response> {
-    let mut request: ListTablesRequest = model(&target, body)?;
     let (limit, token) = page(
         &target.params,
         request.limit.map(i64::from),
@@ -226,11 +171,5 @@ pub async fn list_tables(
     if request.include_declared.is_none() {
         request.include_declared = target.params.bool("include_declared")?;
     }
-    let response = app
-        .catalog
-        .ns()
-        .list_tables(request)
-        .await
-        .map_err(ApiError::from)?;
-    Ok(reply(to_json(response)?))
+    answer(app.catalog.ns().list_tables(request).await)
 }

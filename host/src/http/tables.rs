@@ -10,12 +10,11 @@ use lance_namespace::models::{
     RenameTableRequest,
 };
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::arrow_body::ArrowBody;
-use super::extract::{Common, Dialect, JsonBody, Target, page};
-use super::namespaces::{model, to_json};
-use super::{AppState, reply};
+use super::extract::{Common, Dialect, JsonBody, Model, Target, page};
+use super::{AppState, answer, reply, respond, to_json};
 use crate::catalog::not_found_as_table;
 use crate::error::{ApiError, ApiResult};
 use crate::store::At;
@@ -60,7 +59,7 @@ pub async fn create(
         app.store.forget(loc);
     }
     tracing::info!(table = %target.name(), rows = decoded.num_rows(), "table created");
-    Ok(reply(to_json(response)?))
+    respond(response)
 }
 
 fn json_param(
@@ -79,19 +78,12 @@ fn json_param(
 
 pub async fn declare(
     State(app): State<AppState>,
-    target: Target,
-    JsonBody(body): JsonBody<Value>,
+    Model(target, request): Model<DeclareTableRequest>,
 ) -> ApiResult<Response> {
-    let request: DeclareTableRequest = model(&target, body)?;
     let _guard = app.catalog.commit_lock.lock().await;
-    let response = app
-        .catalog
-        .ns()
-        .declare_table(request)
-        .await
-        .map_err(ApiError::from)?;
+    let response = app.catalog.ns().declare_table(request).await;
     app.catalog.invalidate(&target.id);
-    Ok(reply(to_json(response)?))
+    answer(response)
 }
 
 #[derive(Deserialize, Default)]
@@ -179,10 +171,8 @@ pub async fn exists(
 
 pub async fn drop(
     State(app): State<AppState>,
-    target: Target,
-    JsonBody(body): JsonBody<Value>,
+    Model(target, request): Model<DropTableRequest>,
 ) -> ApiResult<Response> {
-    let request: DropTableRequest = model(&target, body)?;
     let location = app.catalog.locate(&target.id).await?;
     let _guard = app.catalog.commit_lock.lock().await;
     let _writes = app.store.write_lock(&location, None).await;
@@ -194,15 +184,13 @@ pub async fn drop(
         .map_err(|e| not_found_as_table(e, &target.id))?;
     app.catalog.invalidate(&target.id);
     app.store.forget(&location);
-    Ok(reply(to_json(response)?))
+    respond(response)
 }
 
 pub async fn deregister(
     State(app): State<AppState>,
-    target: Target,
-    JsonBody(body): JsonBody<Value>,
+    Model(target, request): Model<DeregisterTableRequest>,
 ) -> ApiResult<Response> {
-    let request: DeregisterTableRequest = model(&target, body)?;
     let _guard = app.catalog.commit_lock.lock().await;
     let response = app
         .catalog
@@ -214,58 +202,47 @@ pub async fn deregister(
     if let Some(loc) = &response.location {
         app.store.forget(loc);
     }
-    Ok(reply(to_json(response)?))
+    respond(response)
 }
 
 pub async fn register(
     State(app): State<AppState>,
-    target: Target,
-    JsonBody(body): JsonBody<Value>,
+    Model(target, mut request): Model<RegisterTableRequest>,
 ) -> ApiResult<Response> {
-    let mut request: RegisterTableRequest = model(&target, body)?;
     request.location = app.catalog.relative_location(&request.location);
     let _guard = app.catalog.commit_lock.lock().await;
-    let response = app
-        .catalog
-        .ns()
-        .register_table(request)
-        .await
-        .map_err(ApiError::from)?;
+    let response = app.catalog.ns().register_table(request).await;
     app.catalog.invalidate(&target.id);
-    Ok(reply(to_json(response)?))
+    answer(response)
 }
 
 pub async fn rename(
     State(app): State<AppState>,
-    target: Target,
-    JsonBody(body): JsonBody<Value>,
+    Model(target, request): Model<RenameTableRequest>,
 ) -> ApiResult<Response> {
-    let request: RenameTableRequest = model(&target, body)?;
     let _guard = app.catalog.commit_lock.lock().await;
     let response = app
         .catalog
         .ns()
         .rename_table(request)
         .await
-        .map_err(|e| not_found_as_table(e, &target.id))?;
+        .map_err(|e| not_found_as_table(e, &target.id));
     app.catalog.invalidate_all();
-    Ok(reply(to_json(response)?))
+    answer(response)
 }
 
 pub async fn stats(
     State(app): State<AppState>,
-    target: Target,
-    JsonBody(body): JsonBody<Value>,
+    Model(target, mut request): Model<GetTableStatsRequest>,
 ) -> ApiResult<Response> {
-    let mut request: GetTableStatsRequest = model(&target, body)?;
     request.branch = target.branch(&request.branch);
-    let response = app
-        .catalog
-        .ns()
-        .get_table_stats(request)
-        .await
-        .map_err(|e| not_found_as_table(e, &target.id))?;
-    Ok(reply(to_json(response)?))
+    answer(
+        app.catalog
+            .ns()
+            .get_table_stats(request)
+            .await
+            .map_err(|e| not_found_as_table(e, &target.id)),
+    )
 }
 
 /// `GET /v1/table`: every table of the root namespace (the lancedb SDK's `table_names`).
@@ -277,11 +254,5 @@ pub async fn list_all(State(app): State<AppState>, target: Target) -> ApiResult<
         page_token: token,
         ..Default::default()
     };
-    let response = app
-        .catalog
-        .ns()
-        .list_tables(request)
-        .await
-        .map_err(ApiError::from)?;
-    Ok(reply(to_json(response)?))
+    answer(app.catalog.ns().list_tables(request).await)
 }
