@@ -24,3 +24,16 @@ pub struct App {
     pub store: Store,
     pub virtual_columns: VirtualColumns,
 }
+
+impl App {
+    /// The storage location of the table a request addresses, after checking that a body `id`
+    /// (if any) agrees with the path.
+    pub async fn table(
+        &self,
+        target: &http::Target,
+        body_id: &Option<Vec<String>>,
+    ) -> error::ApiResult<String> {
+        target.check_body_id(body_id)?;
+        self.catalog.locate(&target.id).await
+    }
+}

@@ -36,8 +36,7 @@ pub async fn create(
     target: Target,
     JsonBody(body): JsonBody<BranchBody>,
 ) -> ApiResult<Response> {
-    target.check_body_id(&body.common.id)?;
-    let location = app.catalog.locate(&target.id).await?;
+    let location = app.table(&target, &body.common.id).await?;
     let from = At::new(body.from_branch.clone(), body.from_version)?;
     app.store
         .create_branch(&location, body.name()?, &from)
@@ -77,8 +76,7 @@ pub async fn delete(
     target: Target,
     JsonBody(body): JsonBody<BranchBody>,
 ) -> ApiResult<Response> {
-    target.check_body_id(&body.common.id)?;
-    let location = app.catalog.locate(&target.id).await?;
+    let location = app.table(&target, &body.common.id).await?;
     app.store.delete_branch(&location, body.name()?).await?;
     Ok(reply(json!({})))
 }

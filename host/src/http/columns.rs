@@ -173,8 +173,7 @@ pub async fn drop(
     target: Target,
     JsonBody(body): JsonBody<DropBody>,
 ) -> ApiResult<Response> {
-    target.check_body_id(&body.common.id)?;
-    let location = app.catalog.locate(&target.id).await?;
+    let location = app.table(&target, &body.common.id).await?;
     let branch = target.branch(&body.common.branch);
     let ds = app.store.latest(&location, branch.as_deref()).await?;
     for c in &body.columns {

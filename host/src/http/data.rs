@@ -232,8 +232,7 @@ pub async fn count_rows(
     target: Target,
     JsonBody(body): JsonBody<CountBody>,
 ) -> ApiResult<Response> {
-    target.check_body_id(&body.common.id)?;
-    let location = app.catalog.locate(&target.id).await?;
+    let location = app.table(&target, &body.common.id).await?;
     let version = body.version.or(target.params.int("version")?);
     let at = At::new(target.branch(&body.common.branch), version)?;
     let ds = app.store.read(&location, &at).await?;

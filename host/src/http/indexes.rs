@@ -101,8 +101,7 @@ pub async fn stats(
     Path((_, name)): Path<(String, String)>,
     JsonBody(body): JsonBody<ReadBody>,
 ) -> ApiResult<Response> {
-    target.check_body_id(&body.common.id)?;
-    let location = app.catalog.locate(&target.id).await?;
+    let location = app.table(&target, &body.common.id).await?;
     Ok(reply(
         app.store
             .index_stats(&location, &at(&target, &body)?, &name)
@@ -116,8 +115,7 @@ pub async fn drop(
     Path((_, name)): Path<(String, String)>,
     JsonBody(body): JsonBody<Common>,
 ) -> ApiResult<Response> {
-    target.check_body_id(&body.id)?;
-    let location = app.catalog.locate(&target.id).await?;
+    let location = app.table(&target, &body.id).await?;
     let version = app
         .store
         .drop_index(&location, target.branch(&body.branch).as_deref(), &name)

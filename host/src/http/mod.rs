@@ -11,6 +11,7 @@ mod context;
 mod data;
 pub mod errors;
 mod extract;
+pub use extract::Target;
 mod indexes;
 mod namespaces;
 mod query;

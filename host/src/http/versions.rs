@@ -156,8 +156,7 @@ pub async fn tag_version(
     target: Target,
     JsonBody(body): JsonBody<TagBody>,
 ) -> ApiResult<Response> {
-    target.check_body_id(&body.common.id)?;
-    let location = app.catalog.locate(&target.id).await?;
+    let location = app.table(&target, &body.common.id).await?;
     let contents = app.store.tag_contents(&location, body.tag()?).await?;
     let mut out = json!({ "version": contents.version });
     if let Some(b) = crate::store::normalize_branch(contents.branch) {
@@ -178,8 +177,7 @@ pub async fn create_tag(
     target: Target,
     JsonBody(body): JsonBody<TagBody>,
 ) -> ApiResult<Response> {
-    target.check_body_id(&body.common.id)?;
-    let location = app.catalog.locate(&target.id).await?;
+    let location = app.table(&target, &body.common.id).await?;
     app.store
         .create_tag(&location, body.tag()?, &tag_target(&body, &target)?)
         .await?;
@@ -191,8 +189,7 @@ pub async fn update_tag(
     target: Target,
     JsonBody(body): JsonBody<TagBody>,
 ) -> ApiResult<Response> {
-    target.check_body_id(&body.common.id)?;
-    let location = app.catalog.locate(&target.id).await?;
+    let location = app.table(&target, &body.common.id).await?;
     app.store
         .update_tag(&location, body.tag()?, &tag_target(&body, &target)?)
         .await?;
@@ -204,8 +201,7 @@ pub async fn delete_tag(
     target: Target,
     JsonBody(body): JsonBody<TagBody>,
 ) -> ApiResult<Response> {
-    target.check_body_id(&body.common.id)?;
-    let location = app.catalog.locate(&target.id).await?;
+    let location = app.table(&target, &body.common.id).await?;
     app.store.delete_tag(&location, body.tag()?).await?;
     Ok(reply(json!({})))
 }
