@@ -16,8 +16,11 @@ use crate::error::{ApiError, ApiResult};
 
 /// A transform applied to incoming rows before they are written (virtual columns computed
 /// by `auto_backfill` UDFs). The store knows nothing of what it does.
-pub type RowHook<'a> =
-    &'a (dyn Fn(&Dataset, Vec<RecordBatch>) -> ApiResult<Vec<RecordBatch>> + Sync);
+pub type RowHook<'a> = &'a RowTransform<'a>;
+
+/// A transform of rows being written to `Dataset` (its current state).
+pub type RowTransform<'a> =
+    dyn Fn(&Dataset, Vec<RecordBatch>) -> ApiResult<Vec<RecordBatch>> + Sync + Send + 'a;
 
 #[derive(Debug, Default, Clone)]
 pub struct MergeOptions {

@@ -11,17 +11,14 @@ use lancet_udf::Manifest;
 
 use super::{DEFINITION_KEY, Definition, VirtualColumns, udf_error};
 use crate::error::{ApiError, ApiResult};
+use crate::store::RowTransform;
 
 /// Tenant key for instance pools until credentials map requests to tenants.
 const TENANT: &str = "default";
 
 impl VirtualColumns {
     /// The hook the store runs on rows before writing them to an existing table.
-    pub fn insert_hook(
-        &self,
-    ) -> Box<
-        dyn Fn(&lance::Dataset, Vec<RecordBatch>) -> ApiResult<Vec<RecordBatch>> + Sync + Send + '_,
-    > {
+    pub fn insert_hook(&self) -> Box<RowTransform<'_>> {
         Box::new(move |ds, batches| {
             let schema = Schema::from(ds.schema());
             let virtuals: Vec<(Field, Definition)> = schema
