@@ -181,3 +181,55 @@ async fn sigterm_finishes_writes_in_flight() {
     let s2 = Server::start_with(data, &[]).await;
     assert_eq!(s2.count("g", json!({})).await, 200_001);
 }
+
+#[tokio::test]
+async fn batch_commit_publishes_a_staged_manifest() {
+    let s = Server::start().await;
+    s.create_table("p", 2).await; // v1
+    s.post_arrow("/v1/table/p/insert", &sample(2, 3)).await; // v2
+    let described = s.ok("/v1/table/p/describe", json!({})).await;
+    let location = described["location"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("file://")
+        .to_string();
+    // Stage a manifest the way a client with managed versioning stages its next version.
+    let versions = std::path::Path::new(&location).join("_versions");
+    let newest = std::fs::read_dir(&versions)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "manifest"))
+        .max_by_key(|p| std::fs::metadata(p).unwrap().modified().unwrap())
+        .unwrap();
+    let staged = std::path::Path::new(&location).join("staged.manifest");
+    std::fs::copy(&newest, &staged).unwrap();
+    let staged_path = staged.to_str().unwrap().trim_start_matches('/').to_string();
+    let done = s
+        .ok(
+            "/v1/table/batch-commit",
+            json!({"operations": [
+                {"create_table_version": {"id": ["p"], "version": 3, "manifest_path": staged_path}},
+                {"declare_table": {"id": ["other"]}},
+            ]}),
+        )
+        .await;
+    assert_eq!(
+        done["results"][0]["create_table_version"]["version"]["version"], 3,
+        "{done}"
+    );
+    s.ok("/v1/table/other/exists", json!({})).await;
+    let list = s.ok("/v1/table/p/version/list", json!({})).await;
+    assert_eq!(list["versions"].as_array().unwrap().len(), 3, "{list}");
+    assert_eq!(s.count("p", json!({})).await, 5);
+    // Publishing the same version again with other bytes is a conflict, and nothing is applied.
+    std::fs::write(&staged, b"not the same manifest").unwrap();
+    let (st, body) = s
+        .post("/v1/table/batch-commit", json!({"operations": [
+            {"declare_table": {"id": ["third"]}},
+            {"create_table_version": {"id": ["p"], "version": 3, "manifest_path": staged.to_str().unwrap().trim_start_matches('/')}},
+        ]}))
+        .await;
+    assert!(st == 409 || st == 400, "{st} {body}");
+    let (st, _) = s.post("/v1/table/third/exists", json!({})).await;
+    assert_eq!(st, 404);
+}
