@@ -77,12 +77,6 @@ impl ApiError {
     pub fn conflict(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::ConcurrentModification, message)
     }
-    pub fn unauthenticated(message: impl Into<String>) -> Self {
-        Self::new(ErrorCode::Unauthenticated, message)
-    }
-    pub fn forbidden(message: impl Into<String>) -> Self {
-        Self::new(ErrorCode::PermissionDenied, message)
-    }
     /// Re-label a lance "not found" (which lance reports without saying of what) as `code`.
     pub fn or_not_found(self, code: ErrorCode, message: impl Into<String>) -> Self {
         if self.status == StatusCode::NOT_FOUND {

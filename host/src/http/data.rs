@@ -43,11 +43,10 @@ pub async fn insert(
     };
     let rows = body.num_rows();
     let ds = if is_declared_only(&app, &location, branch.as_deref()).await? {
-        let batches = app.virtual_columns.fill_new_table(body.batches)?;
         app.store
             .create_at(
                 &location,
-                batches,
+                body.batches,
                 body.schema,
                 lance::dataset::WriteMode::Create,
             )
@@ -102,12 +101,11 @@ pub async fn merge_insert(
     };
     if is_declared_only(&app, &location, branch.as_deref()).await? {
         let rows = body.num_rows();
-        let batches = app.virtual_columns.fill_new_table(body.batches)?;
         let ds = app
             .store
             .create_at(
                 &location,
-                batches,
+                body.batches,
                 body.schema,
                 lance::dataset::WriteMode::Create,
             )

@@ -121,14 +121,13 @@ pub fn service(
             .fallback(errors::no_route)
             .with_state(state)
             .layer(DefaultBodyLimit::max(body_limit))
-            .layer(middleware::from_fn(errors::render_errors))
             .layer(CatchPanicLayer::custom(
                 |_panic: Box<dyn std::any::Any + Send>| {
                     ApiError::internal("the server hit an internal fault handling this request")
                         .into_response()
                 },
             ))
-            .layer(middleware::from_fn(render_panics))
+            .layer(middleware::from_fn(errors::render_errors))
             .layer(middleware::from_fn(response_headers))
             .layer(middleware::from_fn(context::map_context))
             .layer(TraceLayer::new_for_http().on_request(()).on_response(
@@ -137,11 +136,6 @@ pub fn service(
     axum::ServiceExt::<Request>::into_make_service(
         tower_http::normalize_path::NormalizePathLayer::trim_trailing_slash().layer(router),
     )
-}
-
-/// A panic caught by `CatchPanicLayer` is outside `render_errors`; render it here.
-async fn render_panics(request: Request, next: Next) -> Response {
-    errors::render_errors(request, next).await
 }
 
 /// Adds `x-request-id` (echoed or generated) and `phalanx-version` to every answer.

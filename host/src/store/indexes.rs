@@ -57,25 +57,20 @@ fn positive(name: &str, v: Option<i64>) -> ApiResult<Option<usize>> {
 }
 
 fn index_type(name: &str) -> ApiResult<IndexType> {
-    Ok(match name.trim().to_ascii_uppercase().as_str() {
-        "SCALAR" | "BTREE" => IndexType::BTree,
-        "BITMAP" => IndexType::Bitmap,
-        "LABEL_LIST" | "LABELLIST" => IndexType::LabelList,
-        "INVERTED" | "FTS" => IndexType::Inverted,
-        "NGRAM" => IndexType::NGram,
-        "ZONEMAP" | "ZONE_MAP" => IndexType::ZoneMap,
-        "BLOOMFILTER" | "BLOOM_FILTER" => IndexType::BloomFilter,
-        "VECTOR" | "IVF_PQ" => IndexType::IvfPq,
-        "IVF_FLAT" => IndexType::IvfFlat,
-        "IVF_SQ" => IndexType::IvfSq,
-        "IVF_HNSW_FLAT" => IndexType::IvfHnswFlat,
-        "IVF_HNSW_SQ" => IndexType::IvfHnswSq,
-        "IVF_HNSW_PQ" => IndexType::IvfHnswPq,
-        other => {
-            return Err(ApiError::invalid(format!(
-                "unsupported index_type '{other}': use BTREE, BITMAP, LABEL_LIST, INVERTED/FTS, NGRAM, ZONEMAP, BLOOMFILTER, IVF_FLAT, IVF_PQ, IVF_SQ, IVF_HNSW_FLAT, IVF_HNSW_SQ or IVF_HNSW_PQ"
-            )));
-        }
+    let upper = name.trim().to_ascii_uppercase();
+    // The namespace API's aliases for lance's own names.
+    let lance_name = match upper.as_str() {
+        "SCALAR" => "BTREE",
+        "FTS" => "INVERTED",
+        "LABEL_LIST" => "LABELLIST",
+        "ZONE_MAP" => "ZONEMAP",
+        "VECTOR" => "IVF_PQ",
+        other => other,
+    };
+    IndexType::try_from(lance_name).map_err(|_| {
+        ApiError::invalid(format!(
+            "unsupported index_type '{name}': use BTREE, BITMAP, LABEL_LIST, INVERTED/FTS, NGRAM, ZONEMAP, BLOOMFILTER, IVF_FLAT, IVF_PQ, IVF_SQ, IVF_HNSW_FLAT, IVF_HNSW_SQ or IVF_HNSW_PQ"
+        ))
     })
 }
 

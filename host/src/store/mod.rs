@@ -42,12 +42,6 @@ pub struct At {
 }
 
 impl At {
-    pub fn branch(branch: Option<String>) -> Self {
-        Self {
-            branch: normalize_branch(branch),
-            version: None,
-        }
-    }
     pub fn new(branch: Option<String>, version: Option<i64>) -> ApiResult<Self> {
         let version = match version {
             Some(v) if v < 0 => {

@@ -41,11 +41,6 @@ impl VirtualColumns {
         })
     }
 
-    /// Rows that create a declared table: it has no schema yet, so no virtual columns.
-    pub fn fill_new_table(&self, batches: Vec<RecordBatch>) -> ApiResult<Vec<RecordBatch>> {
-        Ok(batches)
-    }
-
     fn complete(
         &self,
         table: &Schema,
