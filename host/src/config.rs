@@ -20,6 +20,14 @@ pub struct ServeConfig {
     /// Linear-memory cap of one UDF instance, in MiB.
     #[arg(long, env = "LANCET_UDF_MEMORY_MB", default_value_t = 256)]
     pub udf_memory_mb: usize,
+    /// The auth file (API keys, token issuer). Default: `<data>/_auth/auth.toml` for a local
+    /// data directory, `~/.config/lancet/auth.toml` for an object store root.
+    #[arg(long, env = "LANCET_AUTH_FILE")]
+    pub auth_file: Option<PathBuf>,
+    /// Serve `<database>.<host-domain>` host names as database `<database>` when a request
+    /// names no database in a header.
+    #[arg(long, env = "LANCET_HOST_DOMAIN")]
+    pub host_domain: Option<String>,
     /// Largest result one UDF call may return, in MiB.
     #[arg(long, env = "LANCET_UDF_MAX_OUTPUT_MB", default_value_t = 64)]
     pub udf_max_output_mb: usize,
@@ -35,5 +43,20 @@ impl ServeConfig {
         std::fs::create_dir_all(&path)?;
         let abs = std::fs::canonicalize(&path)?;
         Ok(abs.to_string_lossy().trim_end_matches('/').to_string())
+    }
+}
+
+/// Where the auth file of a data root lives (see [`ServeConfig::auth_file`]).
+pub fn auth_path(data: &str, auth_file: Option<&std::path::Path>) -> PathBuf {
+    if let Some(path) = auth_file {
+        return path.to_path_buf();
+    }
+    if data.contains("://") {
+        std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir)
+            .join(".config/lancet/auth.toml")
+    } else {
+        PathBuf::from(data).join("_auth").join("auth.toml")
     }
 }

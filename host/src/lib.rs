@@ -1,9 +1,11 @@
 //! Lancet: a server for versioned Lance tables whose virtual columns are computed by
 //! sandboxed WebAssembly UDFs.
 //!
-//! Layers: `http` (routing, extractors, errors) -> `catalog` (DirectoryNamespace) and `store`
+//! Layers: `http` (routing, extractors, errors, credentials) -> `auth` (who may do what),
+//! `tenants`/`catalog` (a DirectoryNamespace per tenant) and `store`
 //! (lance datasets) -> `virtual_columns` (UDF definitions, computed with `lancet-udf`).
 
+pub mod auth;
 pub mod catalog;
 pub mod config;
 pub mod error;
@@ -12,15 +14,21 @@ pub mod http;
 pub mod json_types;
 pub mod server;
 pub mod store;
+pub mod tenants;
 pub mod virtual_columns;
 
-use catalog::Catalog;
+use auth::Authenticator;
 use store::Store;
+use tenants::Tenants;
 use virtual_columns::VirtualColumns;
 
 /// Everything a request handler can reach.
 pub struct App {
-    pub catalog: Catalog,
+    /// Each tenant's catalog.
+    pub tenants: Tenants,
+    pub auth: Authenticator,
+    /// Host names `<database>.<host_domain>` select a database.
+    pub host_domain: Option<String>,
     pub store: Store,
     pub virtual_columns: VirtualColumns,
 }
@@ -34,6 +42,6 @@ impl App {
         body_id: &Option<Vec<String>>,
     ) -> error::ApiResult<String> {
         target.check_body_id(body_id)?;
-        self.catalog.locate(&target.id).await
+        target.catalog.locate(&target.id).await
     }
 }

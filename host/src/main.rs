@@ -21,6 +21,87 @@ enum Command {
     /// UDF helpers.
     #[command(subcommand)]
     Udf(UdfCommand),
+    /// Manage API keys in the auth file (a running server picks changes up within a second).
+    Keys(KeysArgs),
+}
+
+#[derive(clap::Args)]
+struct KeysArgs {
+    /// The data root whose auth file to change.
+    #[arg(long, env = "LANCET_DATA", default_value = "./lancet-data", global = true)]
+    data: String,
+    /// The auth file, if not the data root's default.
+    #[arg(long, env = "LANCET_AUTH_FILE", global = true)]
+    auth_file: Option<std::path::PathBuf>,
+    #[command(subcommand)]
+    command: KeysCommand,
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Create a key and print it (once: only its hash is stored).
+    Create {
+        #[arg(long, default_value = "default")]
+        tenant: String,
+        /// read, write or admin.
+        #[arg(long, default_value = "write")]
+        role: lancet::auth::Role,
+        /// Limit the key to this namespace subtree (repeat for each level: --namespace a --namespace b).
+        #[arg(long = "namespace")]
+        namespace: Vec<String>,
+        #[arg(long, default_value = "")]
+        description: String,
+    },
+    /// List keys (ids, tenants, roles; never the keys).
+    List,
+    /// Revoke a key by id.
+    Revoke { id: String },
+}
+
+fn keys(args: KeysArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    use lancet::auth::AuthFile;
+    let path = lancet::config::auth_path(&args.data, args.auth_file.as_deref());
+    let mut file = AuthFile::load(&path)?;
+    match args.command {
+        KeysCommand::Create {
+            tenant,
+            role,
+            namespace,
+            description,
+        } => {
+            let (key, entry) = file.create_key(&tenant, role, namespace, &description)?;
+            file.save(&path)?;
+            eprintln!(
+                "created key {} (tenant {}, role {}) in {}; it is shown once:",
+                entry.id,
+                entry.tenant,
+                entry.role,
+                path.display()
+            );
+            println!("{key}");
+        }
+        KeysCommand::List => {
+            for k in &file.keys {
+                println!(
+                    "{}\ttenant={}\trole={}\tnamespace={}\tcreated={}\t{}",
+                    k.id,
+                    k.tenant,
+                    k.role,
+                    k.namespace.join("."),
+                    k.created,
+                    k.description
+                );
+            }
+        }
+        KeysCommand::Revoke { id } => {
+            if !file.revoke(&id) {
+                return Err(format!("no key with id {id} in {}", path.display()).into());
+            }
+            file.save(&path)?;
+            eprintln!("revoked {id}");
+        }
+    }
+    Ok(())
 }
 
 #[derive(Subcommand)]
@@ -88,6 +169,7 @@ fn main() {
             entry,
             config,
         }) => package(&file, &entry, config),
+        Command::Keys(args) => keys(args),
     };
     if let Err(e) = result {
         eprintln!("lancet: {e}");

@@ -5,8 +5,9 @@ use std::sync::Arc;
 use lance::session::Session;
 use tokio::net::TcpListener;
 
-use crate::catalog::Catalog;
-use crate::config::ServeConfig;
+use crate::auth::{AuthFile, Authenticator, Role, keys::KeyRing};
+use crate::config::{ServeConfig, auth_path};
+use crate::tenants::Tenants;
 use crate::store::Store;
 use crate::virtual_columns::VirtualColumns;
 use crate::{App, http};
@@ -14,13 +15,40 @@ use crate::{App, http};
 pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
     let root = config.root_uri()?;
     let session = Arc::new(Session::default());
-    let catalog = Catalog::open(&root, session.clone()).await?;
+    let auth = authenticator(config)?;
     let runtime = lancet_udf::Runtime::new(udf_config(config, &root))?;
     Ok(Arc::new(App {
-        catalog,
+        tenants: Tenants::new(&root, session.clone()),
+        auth,
+        host_domain: config
+            .host_domain
+            .as_ref()
+            .map(|d| d.trim_matches('.').to_ascii_lowercase())
+            .filter(|d| !d.is_empty()),
         store: Store::new(session),
         virtual_columns: VirtualColumns::new(Arc::new(runtime)),
     }))
+}
+
+/// Keys from the auth file plus `LANCET_BOOTSTRAP_KEY`. A server with no way at all to
+/// authenticate creates an admin key for tenant `default` and prints it once, so a fresh data
+/// directory is usable in one step.
+fn authenticator(config: &ServeConfig) -> anyhow_like::Result<Authenticator> {
+    let path = auth_path(&config.data, config.auth_file.as_deref());
+    let mut file = AuthFile::load(&path)?;
+    let bootstrap = std::env::var("LANCET_BOOTSTRAP_KEY").ok();
+    let bootstrap = bootstrap.as_deref().filter(|k| !k.trim().is_empty());
+    if file.keys.is_empty() && file.jwt.is_none() && bootstrap.is_none() {
+        let (key, entry) = file.create_key("default", Role::Admin, vec![], "created by lancet serve")?;
+        file.save(&path)?;
+        println!(
+            "created admin API key {} for tenant 'default' (shown once; stored hashed in {}):\n  {key}",
+            entry.id,
+            path.display()
+        );
+    }
+    let keys = KeyRing::open(Some(path), bootstrap)?;
+    Ok(Authenticator::new(keys, file.jwt.as_ref())?)
 }
 
 /// Modules are stored content-addressed beside the tables (`<root>/_udfs/modules`), compiled
@@ -48,13 +76,27 @@ pub async fn serve(config: ServeConfig) -> anyhow_like::Result<()> {
     let addr = listener.local_addr()?;
     // Scripts and tests read this line to learn the port.
     println!("listening on http://{addr}");
-    tracing::info!(%addr, root = %app.catalog.root(), "lancet serving");
+    tracing::info!(%addr, root = %app.tenants.root(), "lancet serving");
+    tokio::spawn(refresh_keys(app.clone()));
     let service = http::service(app, config.max_body_mb * 1024 * 1024);
     axum::serve(listener, service)
         .with_graceful_shutdown(shutdown_signal())
         .await?;
     tracing::info!("lancet stopped");
     Ok(())
+}
+
+/// `lancet keys create/revoke` rewrite the auth file; pick the change up within a second.
+async fn refresh_keys(app: Arc<App>) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+    loop {
+        tick.tick().await;
+        match app.auth.keys().refresh() {
+            Ok(true) => tracing::info!("auth file changed; keys reloaded"),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(error = %e, "auth file unreadable; keeping the previous keys"),
+        }
+    }
 }
 
 async fn shutdown_signal() {

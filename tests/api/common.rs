@@ -10,11 +10,29 @@ use arrow_ipc::writer::StreamWriter;
 use arrow_schema::{DataType, Field, Schema};
 use serde_json::{Value, json};
 
+/// The admin key of tenant `default` every test server starts with (`LANCET_BOOTSTRAP_KEY`).
+pub const ADMIN_KEY: &str = "test-bootstrap-admin-key";
+
+/// A client that sends `key` as a bearer token on every request.
+pub fn client_with_key(key: &str) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        reqwest::header::HeaderValue::from_str(&format!("Bearer {key}")).unwrap(),
+    );
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .unwrap()
+}
+
 pub struct Server {
     child: Child,
     pub base: String,
     data: Option<tempfile::TempDir>,
     pub client: reqwest::Client,
+    /// Lines the server printed before it started listening (e.g. a generated key).
+    pub banner: Vec<String>,
 }
 
 impl Server {
@@ -26,6 +44,7 @@ impl Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_lancet"));
         cmd.args(["serve", "--addr", "127.0.0.1:0", "--data"])
             .arg(data.path())
+            .env("LANCET_BOOTSTRAP_KEY", ADMIN_KEY)
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
         for (k, v) in env {
@@ -33,23 +52,33 @@ impl Server {
         }
         let mut child = cmd.spawn().expect("start lancet");
         let stdout = child.stdout.take().unwrap();
-        let line = tokio::task::spawn_blocking(move || {
-            let mut line = String::new();
-            BufReader::new(stdout).read_line(&mut line).unwrap();
-            line
+        let lines = tokio::task::spawn_blocking(move || {
+            let mut reader = BufReader::new(stdout);
+            let mut lines = Vec::new();
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap() == 0 {
+                    panic!("lancet exited before listening; it printed {lines:?}");
+                }
+                let done = line.starts_with("listening on ");
+                lines.push(line.trim_end().to_string());
+                if done {
+                    // Keep draining so the server never blocks on a full pipe.
+                    std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
+                    return lines;
+                }
+            }
         })
         .await
         .unwrap();
-        let base = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
-            .to_string();
+        let (last, banner) = lines.split_last().unwrap();
+        let base = last.strip_prefix("listening on ").unwrap().to_string();
         Server {
             child,
             base,
             data: Some(data),
-            client: reqwest::Client::new(),
+            client: client_with_key(ADMIN_KEY),
+            banner: banner.to_vec(),
         }
     }
 

@@ -4,11 +4,13 @@
 //! `__manifest` table each time; entries are dropped whenever this server changes the catalog,
 //! and a stale entry (table dropped by another process) surfaces as "not found" on open.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use lance::session::Session;
-use lance_namespace::models::{DescribeTableRequest, TableExistsRequest};
+use lance_namespace::models::{
+    CreateNamespaceRequest, DescribeTableRequest, NamespaceExistsRequest, TableExistsRequest,
+};
 use lance_namespace::{ErrorCode, LanceNamespace};
 use lance_namespace_impls::DirectoryNamespaceBuilder;
 
@@ -18,6 +20,8 @@ pub struct Catalog {
     ns: Arc<dyn LanceNamespace>,
     root: String,
     locations: Mutex<HashMap<Vec<String>, String>>,
+    /// Namespaces known to exist (database namespaces are created on first use).
+    known_namespaces: Mutex<HashSet<Vec<String>>>,
     /// Serialises catalog changes made by batch-commit against each other and other writers.
     pub(crate) commit_lock: tokio::sync::Mutex<()>,
 }
@@ -36,6 +40,7 @@ impl Catalog {
             ns: Arc::new(ns),
             root: root.to_string(),
             locations: Mutex::default(),
+            known_namespaces: Mutex::default(),
             commit_lock: Default::default(),
         })
     }
@@ -108,6 +113,59 @@ impl Catalog {
 
     pub fn invalidate_all(&self) {
         self.locations.lock().unwrap().clear();
+        self.known_namespaces.lock().unwrap().clear();
+    }
+
+    /// Creates namespace `id` (and its parents) unless it exists: a database named by a request
+    /// header exists implicitly, as a top-level namespace of the tenant's catalog.
+    pub async fn ensure_namespace(&self, id: &[String]) -> ApiResult<()> {
+        if self.known_namespaces.lock().unwrap().contains(id) {
+            return Ok(());
+        }
+        for depth in 1..=id.len() {
+            let level = id[..depth].to_vec();
+            let exists = self
+                .ns
+                .namespace_exists(NamespaceExistsRequest {
+                    id: Some(level.clone()),
+                    ..Default::default()
+                })
+                .await
+                .is_ok();
+            if !exists {
+                let created = self
+                    .ns
+                    .create_namespace(CreateNamespaceRequest {
+                        id: Some(level.clone()),
+                        mode: Some("exist_ok".into()),
+                        ..Default::default()
+                    })
+                    .await;
+                if let Err(e) = created {
+                    let e = ApiError::from(e);
+                    if e.code != ErrorCode::NamespaceAlreadyExists {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+        self.known_namespaces.lock().unwrap().insert(id.to_vec());
+        Ok(())
+    }
+
+    /// Locations a tenant may register: inside its own root, with no way out of it.
+    pub fn contained_location(&self, location: &str) -> ApiResult<String> {
+        let relative = self.relative_location(location);
+        let escapes = relative.contains("://")
+            || relative.starts_with('/')
+            || relative.split(['/', '\\']).any(|part| part == "..");
+        if escapes || relative.is_empty() {
+            return Err(ApiError::invalid(format!(
+                "location '{location}' must be inside this tenant's root ({})",
+                self.root
+            )));
+        }
+        Ok(relative)
     }
 }
 

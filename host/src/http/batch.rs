@@ -8,7 +8,6 @@
 //! already applied are undone in reverse order. A conflict with a concurrent writer (a table
 //! declared meanwhile, a version created meanwhile) is a 409 and leaves nothing applied.
 
-use axum::extract::State;
 use axum::response::Response;
 use lance_namespace::ErrorCode;
 use lance_namespace::models::{
@@ -18,8 +17,9 @@ use lance_namespace::models::{
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::auth::Caller;
 use super::extract::JsonBody;
-use super::{AppState, reply, to_json};
+use super::{reply, to_json};
 use crate::error::{ApiError, ApiResult};
 
 #[derive(Deserialize, Default)]
@@ -49,7 +49,7 @@ enum Undo {
     },
 }
 
-fn parse_op(i: usize, v: &Value) -> ApiResult<Op> {
+fn parse_op(i: usize, v: &Value, caller: &Caller) -> ApiResult<Op> {
     let map = v
         .as_object()
         .ok_or_else(|| ApiError::invalid(format!("operations[{i}] must be an object")))?;
@@ -77,26 +77,30 @@ fn parse_op(i: usize, v: &Value) -> ApiResult<Op> {
             )));
         }
     };
-    let id = match &op {
-        Op::Declare(r) => &r.id,
-        Op::Deregister(r) => &r.id,
-        Op::CreateVersion(r) => &r.id,
-        Op::DeleteVersions(r) => &r.id,
+    let mut op = op;
+    let id = match &mut op {
+        Op::Declare(r) => &mut r.id,
+        Op::Deregister(r) => &mut r.id,
+        Op::CreateVersion(r) => &mut r.id,
+        Op::DeleteVersions(r) => &mut r.id,
     };
-    if id.as_ref().is_none_or(|id| id.is_empty()) {
-        return Err(ApiError::invalid(format!(
-            "operations[{i}].{key} needs an 'id'"
-        )));
+    match id {
+        Some(given) if !given.is_empty() => *given = caller.resolve(given)?,
+        _ => {
+            return Err(ApiError::invalid(format!(
+                "operations[{i}].{key} needs an 'id'"
+            )));
+        }
     }
     Ok(op)
 }
 
 /// Validate an operation against the catalog before anything is applied.
-async fn precheck(app: &AppState, op: &Op) -> ApiResult<()> {
+async fn precheck(caller: &Caller, op: &Op) -> ApiResult<()> {
     match op {
         Op::Declare(r) => {
             let id = r.id.clone().unwrap_or_default();
-            match app.catalog.locate(&id).await {
+            match caller.catalog.locate(&id).await {
                 Ok(_) => Err(ApiError::new(
                     ErrorCode::TableAlreadyExists,
                     format!("table already exists: {}", id.join(".")),
@@ -105,7 +109,7 @@ async fn precheck(app: &AppState, op: &Op) -> ApiResult<()> {
                 Err(e) => Err(e),
             }
         }
-        Op::Deregister(r) => app
+        Op::Deregister(r) => caller
             .catalog
             .locate(r.id.as_deref().unwrap_or_default())
             .await
@@ -116,7 +120,7 @@ async fn precheck(app: &AppState, op: &Op) -> ApiResult<()> {
                     "create_table_version needs a version >= 0 and a manifest_path",
                 ));
             }
-            app.catalog
+            caller.catalog
                 .locate(r.id.as_deref().unwrap_or_default())
                 .await
                 .map(|_| ())
@@ -132,7 +136,7 @@ async fn precheck(app: &AppState, op: &Op) -> ApiResult<()> {
                     "delete_table_versions ranges are [start_version, end_version) with 0 <= start_version <= end_version, or end_version < 0 for through-latest",
                 ));
             }
-            app.catalog
+            caller.catalog
                 .locate(r.id.as_deref().unwrap_or_default())
                 .await
                 .map(|_| ())
@@ -140,13 +144,13 @@ async fn precheck(app: &AppState, op: &Op) -> ApiResult<()> {
     }
 }
 
-async fn apply(app: &AppState, op: &Op, undo: &mut Vec<Undo>) -> ApiResult<Value> {
-    let ns = app.catalog.ns();
+async fn apply(caller: &Caller, op: &Op, undo: &mut Vec<Undo>) -> ApiResult<Value> {
+    let ns = caller.catalog.ns();
     match op {
         Op::Declare(r) => {
             let response = ns.declare_table(r.clone()).await.map_err(ApiError::from)?;
             let id = r.id.clone().unwrap_or_default();
-            app.catalog.invalidate(&id);
+            caller.catalog.invalidate(&id);
             undo.push(Undo::Deregister(id));
             Ok(json!({ "declare_table": to_json(response)? }))
         }
@@ -156,7 +160,7 @@ async fn apply(app: &AppState, op: &Op, undo: &mut Vec<Undo>) -> ApiResult<Value
                 .deregister_table(r.clone())
                 .await
                 .map_err(ApiError::from)?;
-            app.catalog.invalidate(&id);
+            caller.catalog.invalidate(&id);
             if let Some(location) = response.location.clone() {
                 undo.push(Undo::Register {
                     id,
@@ -188,12 +192,12 @@ async fn apply(app: &AppState, op: &Op, undo: &mut Vec<Undo>) -> ApiResult<Value
     }
 }
 
-async fn roll_back(app: &AppState, undo: Vec<Undo>) {
-    let ns = app.catalog.ns();
+async fn roll_back(caller: &Caller, undo: Vec<Undo>) {
+    let ns = caller.catalog.ns();
     for step in undo.into_iter().rev() {
         let result = match step {
             Undo::Deregister(id) => {
-                app.catalog.invalidate(&id);
+                caller.catalog.invalidate(&id);
                 ns.deregister_table(DeregisterTableRequest {
                     id: Some(id),
                     ..Default::default()
@@ -206,8 +210,8 @@ async fn roll_back(app: &AppState, undo: Vec<Undo>) {
                 location,
                 properties,
             } => {
-                app.catalog.invalidate(&id);
-                let location = app.catalog.relative_location(&location);
+                caller.catalog.invalidate(&id);
+                let location = caller.catalog.relative_location(&location);
                 ns.register_table(RegisterTableRequest {
                     id: Some(id),
                     location,
@@ -242,7 +246,7 @@ async fn roll_back(app: &AppState, undo: Vec<Undo>) {
 }
 
 pub async fn commit(
-    State(app): State<AppState>,
+    caller: Caller,
     JsonBody(body): JsonBody<BatchBody>,
 ) -> ApiResult<Response> {
     if body.operations.is_empty() {
@@ -252,11 +256,11 @@ pub async fn commit(
         .operations
         .iter()
         .enumerate()
-        .map(|(i, v)| parse_op(i, v))
+        .map(|(i, v)| parse_op(i, v, &caller))
         .collect::<ApiResult<_>>()?;
-    let _guard = app.catalog.commit_lock.lock().await;
+    let _guard = caller.catalog.commit_lock.lock().await;
     for op in &ops {
-        precheck(&app, op).await?;
+        precheck(&caller, op).await?;
     }
     let order: Vec<usize> = (0..ops.len())
         .filter(|&i| !matches!(ops[i], Op::DeleteVersions(_)))
@@ -265,11 +269,11 @@ pub async fn commit(
     let mut results = vec![Value::Null; ops.len()];
     let mut undo = Vec::new();
     for i in order {
-        match apply(&app, &ops[i], &mut undo).await {
+        match apply(&caller, &ops[i], &mut undo).await {
             Ok(r) => results[i] = r,
             Err(e) => {
-                roll_back(&app, undo).await;
-                app.catalog.invalidate_all();
+                roll_back(&caller, undo).await;
+                caller.catalog.invalidate_all();
                 let e = match e.code {
                     ErrorCode::TableAlreadyExists
                     | ErrorCode::ConcurrentModification

@@ -52,7 +52,7 @@ pub async fn list(
 ) -> ApiResult<Response> {
     target.check_body_id(&body.common.id)?;
     let (limit, token) = page(&target.params, body.limit, body.page_token)?;
-    let location = app.catalog.locate(&target.id).await?;
+    let location = target.catalog.locate(&target.id).await?;
     let branches = app.store.list_branches(&location).await?;
     let (branches, next) = paginate(branches.into_iter().collect(), limit, token.as_deref());
     let branches: serde_json::Map<String, serde_json::Value> = branches

@@ -39,7 +39,7 @@ pub async fn add(
             "new_columns must name at least one column",
         ));
     }
-    let location = app.catalog.locate(&target.id).await?;
+    let location = target.catalog.locate(&target.id).await?;
     let branch = target.branch(&body.common.branch);
     let mut sql = Vec::new();
     let mut virtuals = Vec::new();
@@ -109,7 +109,7 @@ pub async fn alter(
             "alterations must name at least one change",
         ));
     }
-    let location = app.catalog.locate(&target.id).await?;
+    let location = target.catalog.locate(&target.id).await?;
     let branch = target.branch(&body.common.branch);
     let mut plain = Vec::new();
     let mut virtuals = Vec::new();

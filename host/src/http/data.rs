@@ -29,7 +29,7 @@ pub async fn insert(
     target: Target,
     body: ArrowBody,
 ) -> ApiResult<Response> {
-    let location = app.catalog.locate(&target.id).await?;
+    let location = target.catalog.locate(&target.id).await?;
     let branch = target.branch(&None);
     let overwrite = match target.params.get("mode") {
         None | Some("") => false,
@@ -73,7 +73,7 @@ pub async fn merge_insert(
     target: Target,
     body: ArrowBody,
 ) -> ApiResult<Response> {
-    let location = app.catalog.locate(&target.id).await?;
+    let location = target.catalog.locate(&target.id).await?;
     let branch = target.branch(&None);
     let p = &target.params;
     let on: Vec<String> = p.all("on").into_iter().filter(|o| !o.is_empty()).collect();
@@ -171,7 +171,7 @@ pub async fn update(
         }
         updates.push((col, expr));
     }
-    let location = app.catalog.locate(&target.id).await?;
+    let location = target.catalog.locate(&target.id).await?;
     let branch = target.branch(&body.common.branch);
     let (rows, version) = app
         .store
@@ -204,7 +204,7 @@ pub async fn delete(
     let predicate = body
         .predicate
         .ok_or_else(|| ApiError::invalid("delete needs a 'predicate'"))?;
-    let location = app.catalog.locate(&target.id).await?;
+    let location = target.catalog.locate(&target.id).await?;
     let branch = target.branch(&body.common.branch);
     let (version, deleted) = app
         .store

@@ -3,6 +3,7 @@
 //! as the lancedb SDK sends describe and count_rows without one).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use axum::extract::{FromRequest, FromRequestParts, Path, Request};
 use axum::http::request::Parts;
@@ -10,6 +11,8 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
+use super::auth::Caller;
+use crate::catalog::Catalog;
 use crate::error::{ApiError, ApiResult};
 
 /// Query parameters in order, repeated keys kept.
@@ -71,11 +74,18 @@ pub fn split_id(raw: &str, delimiter: &str) -> Vec<String> {
     raw.split(delimiter).map(str::to_string).collect()
 }
 
-/// The object a request addresses: `{id}` split by `delimiter`, plus the query parameters.
-#[derive(Debug, Clone)]
+/// The object a request addresses: `{id}` split by `delimiter` and resolved against the
+/// caller (database namespace, credential subtree), the query parameters, and the caller's
+/// catalog.
+#[derive(Clone)]
 pub struct Target {
+    /// The id in the caller's catalog.
     pub id: Vec<String>,
+    /// The id as the client wrote it.
+    pub path_id: Vec<String>,
     pub params: Params,
+    pub catalog: Arc<Catalog>,
+    pub caller: Caller,
 }
 
 impl Target {
@@ -85,9 +95,9 @@ impl Target {
     /// A body `id` must agree with the path.
     pub fn check_body_id(&self, body_id: &Option<Vec<String>>) -> ApiResult<()> {
         match body_id {
-            Some(b) if !b.is_empty() && *b != self.id => Err(ApiError::invalid(format!(
+            Some(b) if !b.is_empty() && *b != self.path_id => Err(ApiError::invalid(format!(
                 "body id {:?} does not match the id in the path {:?}",
-                b, self.id
+                b, self.path_id
             ))),
             _ => Ok(()),
         }
@@ -112,9 +122,14 @@ impl<S: Send + Sync> FromRequestParts<S> for Target {
             .unwrap_or("$")
             .to_string();
         let raw = path.get("id").map(String::as_str).unwrap_or("");
+        let caller = Caller::from_request_parts(parts, state).await?;
+        let path_id = split_id(raw, &delimiter);
         Ok(Target {
-            id: split_id(raw, &delimiter),
+            id: caller.resolve(&path_id)?,
+            path_id,
             params,
+            catalog: caller.catalog.clone(),
+            caller,
         })
     }
 }

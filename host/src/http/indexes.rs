@@ -35,7 +35,7 @@ async fn create_with(
             .ok_or_else(|| ApiError::invalid("create_index needs an 'index_type'"))?
             .to_string();
     }
-    let location = app.catalog.locate(&target.id).await?;
+    let location = target.catalog.locate(&target.id).await?;
     let branch = target.branch(&body.common.branch);
     let version = app
         .store
@@ -85,7 +85,7 @@ pub async fn list(
 ) -> ApiResult<Response> {
     target.check_body_id(&body.common.id)?;
     let (limit, token) = page(&target.params, body.limit, body.page_token.clone())?;
-    let location = app.catalog.locate(&target.id).await?;
+    let location = target.catalog.locate(&target.id).await?;
     let entries = app
         .store
         .list_indexes(&location, &at(&target, &body)?)

@@ -4,6 +4,7 @@
 //! Every route is listed in [`routes`]; find a handler from its path there.
 
 mod arrow_body;
+pub mod auth;
 mod batch;
 mod branches;
 mod columns;
@@ -26,12 +27,14 @@ use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::{HeaderName, HeaderValue};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::handler::Handler;
+use axum::routing::{MethodRouter, get, post};
 use serde_json::Value;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::App;
+use crate::auth::Role;
 use crate::error::{ApiError, ApiResult};
 
 pub type AppState = Arc<App>;
@@ -40,73 +43,119 @@ pub type AppState = Arc<App>;
 /// the server understands (0.3: structured full-text queries, multivector).
 pub const PHALANX_VERSION: &str = "0.3.0";
 
+/// One row of the route table: method, path and the role it needs. Every `/v1` route is added
+/// through [`Routes`], so none can skip the credential check or the role guard; the auth tests
+/// iterate over [`route_table`].
+#[derive(Debug, Clone)]
+pub struct RouteInfo {
+    pub method: &'static str,
+    pub path: &'static str,
+    pub role: Role,
+}
+
+struct Routes {
+    router: Router<AppState>,
+    table: Vec<RouteInfo>,
+}
+
+impl Routes {
+    fn add(
+        mut self,
+        methods: &[&'static str],
+        path: &'static str,
+        role: Role,
+        handler: MethodRouter<AppState>,
+    ) -> Self {
+        let guarded = handler.route_layer(middleware::from_fn_with_state(role, auth::require));
+        self.router = self.router.route(path, guarded);
+        self.table
+            .extend(methods.iter().map(|&method| RouteInfo { method, path, role }));
+        self
+    }
+    fn post<H: Handler<T, AppState>, T: 'static>(self, path: &'static str, role: Role, h: H) -> Self {
+        self.add(&["POST"], path, role, post(h))
+    }
+    fn get<H: Handler<T, AppState>, T: 'static>(self, path: &'static str, role: Role, h: H) -> Self {
+        self.add(&["GET"], path, role, get(h))
+    }
+    fn get_post<H: Handler<T, AppState> + Clone, T: 'static>(
+        self,
+        path: &'static str,
+        role: Role,
+        h: H,
+    ) -> Self {
+        self.add(&["GET", "POST"], path, role, get(h.clone()).post(h))
+    }
+}
+
+fn build() -> Routes {
+    use Role::{Admin, Read, Write};
+    Routes {
+        router: Router::new().route("/healthz", get(|| async { "ok" })),
+        table: Vec::new(),
+    }
+    // Namespaces
+    .post("/v1/namespace/{id}/create", Admin, namespaces::create)
+    .get_post("/v1/namespace/{id}/list", Read, namespaces::list)
+    .post("/v1/namespace/{id}/describe", Read, namespaces::describe)
+    .post("/v1/namespace/{id}/drop", Admin, namespaces::drop)
+    .post("/v1/namespace/{id}/exists", Read, namespaces::exists)
+    .get_post("/v1/namespace/{id}/table/list", Read, namespaces::list_tables)
+    // Tables: catalog
+    .get("/v1/table", Read, tables::list_all)
+    .post("/v1/table/{id}/create", Write, tables::create)
+    .post("/v1/table/{id}/declare", Write, tables::declare)
+    .post("/v1/table/{id}/describe", Read, tables::describe)
+    .post("/v1/table/{id}/exists", Read, tables::exists)
+    .post("/v1/table/{id}/drop", Write, tables::drop)
+    .post("/v1/table/{id}/deregister", Admin, tables::deregister)
+    .post("/v1/table/{id}/register", Admin, tables::register)
+    .post("/v1/table/{id}/rename", Write, tables::rename)
+    .post("/v1/table/{id}/stats", Read, tables::stats)
+    .post("/v1/table/batch-commit", Admin, batch::commit)
+    // Extended deployment (spec 4.16)
+    .get("/v1/tables", Read, tables::list_all)
+    .post("/v1/tables/{id}", Write, tables::create)
+    // Tables: data
+    .post("/v1/table/{id}/insert", Write, data::insert)
+    .post("/v1/table/{id}/merge_insert", Write, data::merge_insert)
+    .post("/v1/table/{id}/update", Write, data::update)
+    .post("/v1/table/{id}/delete", Write, data::delete)
+    .post("/v1/table/{id}/count_rows", Read, data::count_rows)
+    .post("/v1/table/{id}/query", Read, query::query)
+    .post("/v1/table/{id}/explain_plan", Read, query::explain_plan)
+    .post("/v1/table/{id}/analyze_plan", Read, query::analyze_plan)
+    // Tables: indexes
+    .post("/v1/table/{id}/create_index", Write, indexes::create)
+    .post("/v1/table/{id}/create_scalar_index", Write, indexes::create_scalar)
+    .post("/v1/table/{id}/index/list", Read, indexes::list)
+    .post("/v1/table/{id}/index/{index_name}/stats", Read, indexes::stats)
+    .post("/v1/table/{id}/index/{index_name}/drop", Write, indexes::drop)
+    // Tables: schema
+    .post("/v1/table/{id}/add_columns", Write, columns::add)
+    .post("/v1/table/{id}/alter_columns", Write, columns::alter)
+    .post("/v1/table/{id}/drop_columns", Write, columns::drop)
+    // Tables: history
+    .post("/v1/table/{id}/version/list", Read, versions::list)
+    .post("/v1/table/{id}/restore", Write, versions::restore)
+    .post("/v1/table/{id}/tags/list", Read, versions::list_tags)
+    .post("/v1/table/{id}/tags/version", Read, versions::tag_version)
+    .post("/v1/table/{id}/tags/create", Write, versions::create_tag)
+    .post("/v1/table/{id}/tags/delete", Write, versions::delete_tag)
+    .post("/v1/table/{id}/tags/update", Write, versions::update_tag)
+    .post("/v1/table/{id}/branches/create", Write, branches::create)
+    .post("/v1/table/{id}/branches/list", Read, branches::list)
+    .post("/v1/table/{id}/branches/delete", Write, branches::delete)
+}
+
+/// Every route with its handler and role guard.
 pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        // Namespaces
-        .route("/v1/namespace/{id}/create", post(namespaces::create))
-        .route(
-            "/v1/namespace/{id}/list",
-            get(namespaces::list).post(namespaces::list),
-        )
-        .route("/v1/namespace/{id}/describe", post(namespaces::describe))
-        .route("/v1/namespace/{id}/drop", post(namespaces::drop))
-        .route("/v1/namespace/{id}/exists", post(namespaces::exists))
-        .route(
-            "/v1/namespace/{id}/table/list",
-            get(namespaces::list_tables).post(namespaces::list_tables),
-        )
-        // Tables: catalog
-        .route("/v1/table", get(tables::list_all))
-        .route("/v1/table/{id}/create", post(tables::create))
-        .route("/v1/table/{id}/declare", post(tables::declare))
-        .route("/v1/table/{id}/describe", post(tables::describe))
-        .route("/v1/table/{id}/exists", post(tables::exists))
-        .route("/v1/table/{id}/drop", post(tables::drop))
-        .route("/v1/table/{id}/deregister", post(tables::deregister))
-        .route("/v1/table/{id}/register", post(tables::register))
-        .route("/v1/table/{id}/rename", post(tables::rename))
-        .route("/v1/table/{id}/stats", post(tables::stats))
-        .route("/v1/table/batch-commit", post(batch::commit))
-        // Tables: data
-        .route("/v1/table/{id}/insert", post(data::insert))
-        .route("/v1/table/{id}/merge_insert", post(data::merge_insert))
-        .route("/v1/table/{id}/update", post(data::update))
-        .route("/v1/table/{id}/delete", post(data::delete))
-        .route("/v1/table/{id}/count_rows", post(data::count_rows))
-        .route("/v1/table/{id}/query", post(query::query))
-        .route("/v1/table/{id}/explain_plan", post(query::explain_plan))
-        .route("/v1/table/{id}/analyze_plan", post(query::analyze_plan))
-        // Tables: indexes
-        .route("/v1/table/{id}/create_index", post(indexes::create))
-        .route(
-            "/v1/table/{id}/create_scalar_index",
-            post(indexes::create_scalar),
-        )
-        .route("/v1/table/{id}/index/list", post(indexes::list))
-        .route(
-            "/v1/table/{id}/index/{index_name}/stats",
-            post(indexes::stats),
-        )
-        .route(
-            "/v1/table/{id}/index/{index_name}/drop",
-            post(indexes::drop),
-        )
-        // Tables: schema
-        .route("/v1/table/{id}/add_columns", post(columns::add))
-        .route("/v1/table/{id}/alter_columns", post(columns::alter))
-        .route("/v1/table/{id}/drop_columns", post(columns::drop))
-        // Tables: history
-        .route("/v1/table/{id}/version/list", post(versions::list))
-        .route("/v1/table/{id}/restore", post(versions::restore))
-        .route("/v1/table/{id}/tags/list", post(versions::list_tags))
-        .route("/v1/table/{id}/tags/version", post(versions::tag_version))
-        .route("/v1/table/{id}/tags/create", post(versions::create_tag))
-        .route("/v1/table/{id}/tags/delete", post(versions::delete_tag))
-        .route("/v1/table/{id}/tags/update", post(versions::update_tag))
-        .route("/v1/table/{id}/branches/create", post(branches::create))
-        .route("/v1/table/{id}/branches/list", post(branches::list))
-        .route("/v1/table/{id}/branches/delete", post(branches::delete))
+    build().router
+}
+
+/// Every `/v1` route: method, path, role needed.
+pub fn route_table() -> Vec<RouteInfo> {
+    build().table
 }
 
 /// The full service: routes plus the cross-cutting layers (error rendering, panics, body
@@ -119,7 +168,7 @@ pub fn service(
     let router =
         routes()
             .fallback(errors::no_route)
-            .with_state(state)
+            .with_state(state.clone())
             .layer(DefaultBodyLimit::max(body_limit))
             .layer(CatchPanicLayer::custom(
                 |_panic: Box<dyn std::any::Any + Send>| {
@@ -127,6 +176,7 @@ pub fn service(
                         .into_response()
                 },
             ))
+            .layer(middleware::from_fn_with_state(state, auth::authenticate))
             .layer(middleware::from_fn(errors::render_errors))
             .layer(middleware::from_fn(response_headers))
             .layer(middleware::from_fn(context::map_context))

@@ -10,17 +10,16 @@ use serde_json::json;
 
 use super::extract::{Model, page};
 use super::{AppState, answer, reply, respond};
+use crate::catalog::Catalog;
 use crate::error::{ApiError, ApiResult};
 
 pub async fn create(
-    State(app): State<AppState>,
-    Model(_, request): Model<CreateNamespaceRequest>,
+    Model(target, request): Model<CreateNamespaceRequest>,
 ) -> ApiResult<Response> {
-    answer(app.catalog.ns().create_namespace(request).await)
+    answer(target.catalog.ns().create_namespace(request).await)
 }
 
 pub async fn list(
-    State(app): State<AppState>,
     Model(target, mut request): Model<ListNamespacesRequest>,
 ) -> ApiResult<Response> {
     let (limit, token) = page(
@@ -30,21 +29,19 @@ pub async fn list(
     )?;
     request.limit = limit.map(|l| l as i32);
     request.page_token = token;
-    answer(app.catalog.ns().list_namespaces(request).await)
+    answer(target.catalog.ns().list_namespaces(request).await)
 }
 
 pub async fn describe(
-    State(app): State<AppState>,
-    Model(_, request): Model<DescribeNamespaceRequest>,
+    Model(target, request): Model<DescribeNamespaceRequest>,
 ) -> ApiResult<Response> {
-    answer(app.catalog.ns().describe_namespace(request).await)
+    answer(target.catalog.ns().describe_namespace(request).await)
 }
 
 pub async fn exists(
-    State(app): State<AppState>,
-    Model(_, request): Model<NamespaceExistsRequest>,
+    Model(target, request): Model<NamespaceExistsRequest>,
 ) -> ApiResult<Response> {
-    app.catalog
+    target.catalog
         .ns()
         .namespace_exists(request)
         .await
@@ -67,7 +64,7 @@ pub async fn drop(
         .behavior
         .as_deref()
         .is_some_and(|b| b.eq_ignore_ascii_case("cascade"));
-    let exists = app
+    let exists = target
         .catalog
         .ns()
         .namespace_exists(NamespaceExistsRequest {
@@ -83,30 +80,30 @@ pub async fn drop(
         return Err(e);
     }
     if cascade {
-        drop_contents(&app, &target.id).await?;
+        drop_contents(&app, &target.catalog, &target.id).await?;
     }
-    let response = app
+    let response = target
         .catalog
         .ns()
         .drop_namespace(request)
         .await
         .map_err(ApiError::from)?;
-    app.catalog.invalidate_all();
+    target.catalog.invalidate_all();
     respond(response)
 }
 
 /// Cascade: drop every table and child namespace below `id`, deepest first.
-async fn drop_contents(app: &AppState, id: &[String]) -> ApiResult<()> {
-    let children = list_all_namespaces(app, id).await?;
+async fn drop_contents(app: &AppState, catalog: &Catalog, id: &[String]) -> ApiResult<()> {
+    let children = list_all_namespaces(catalog, id).await?;
     for child in children {
         let mut child_id = id.to_vec();
         child_id.push(child);
-        Box::pin(drop_contents(app, &child_id)).await?;
+        Box::pin(drop_contents(app, catalog, &child_id)).await?;
         let request = DropNamespaceRequest {
             id: Some(child_id),
             ..Default::default()
         };
-        app.catalog
+        catalog
             .ns()
             .drop_namespace(request)
             .await
@@ -117,8 +114,7 @@ async fn drop_contents(app: &AppState, id: &[String]) -> ApiResult<()> {
         include_declared: Some(true),
         ..Default::default()
     };
-    let tables = app
-        .catalog
+    let tables = catalog
         .ns()
         .list_tables(request)
         .await
@@ -127,10 +123,10 @@ async fn drop_contents(app: &AppState, id: &[String]) -> ApiResult<()> {
     for table in tables {
         let mut table_id = id.to_vec();
         table_id.push(table);
-        if let Ok(loc) = app.catalog.locate(&table_id).await {
+        if let Ok(loc) = catalog.locate(&table_id).await {
             app.store.forget(&loc);
         }
-        app.catalog
+        catalog
             .ns()
             .drop_table(DropTableRequest {
                 id: Some(table_id.clone()),
@@ -138,18 +134,17 @@ async fn drop_contents(app: &AppState, id: &[String]) -> ApiResult<()> {
             })
             .await
             .map_err(ApiError::from)?;
-        app.catalog.invalidate(&table_id);
+        catalog.invalidate(&table_id);
     }
     Ok(())
 }
 
-async fn list_all_namespaces(app: &AppState, id: &[String]) -> ApiResult<Vec<String>> {
+async fn list_all_namespaces(catalog: &Catalog, id: &[String]) -> ApiResult<Vec<String>> {
     let request = ListNamespacesRequest {
         id: Some(id.to_vec()),
         ..Default::default()
     };
-    Ok(app
-        .catalog
+    Ok(catalog
         .ns()
         .list_namespaces(request)
         .await
@@ -158,7 +153,6 @@ async fn list_all_namespaces(app: &AppState, id: &[String]) -> ApiResult<Vec<Str
 }
 
 pub async fn list_tables(
-    State(app): State<AppState>,
     Model(target, mut request): Model<ListTablesRequest>,
 ) -> ApiResult<Response> {
     let (limit, token) = page(
@@ -171,5 +165,5 @@ pub async fn list_tables(
     if request.include_declared.is_none() {
         request.include_declared = target.params.bool("include_declared")?;
     }
-    answer(app.catalog.ns().list_tables(request).await)
+    answer(target.catalog.ns().list_tables(request).await)
 }

@@ -29,7 +29,7 @@ async fn dataset_for(
         .get("id")
         .and_then(|v| serde_json::from_value(v.clone()).ok());
     target.check_body_id(&body_id)?;
-    let location = app.catalog.locate(&target.id).await?;
+    let location = target.catalog.locate(&target.id).await?;
     let branch = body
         .get("branch")
         .and_then(Value::as_str)

@@ -47,14 +47,14 @@ pub async fn create(
         properties,
         ..Default::default()
     };
-    let _guard = app.catalog.commit_lock.lock().await;
-    let response = app
+    let _guard = target.catalog.commit_lock.lock().await;
+    let response = target
         .catalog
         .ns()
         .create_table(request, body)
         .await
         .map_err(ApiError::from)?;
-    app.catalog.invalidate(&target.id);
+    target.catalog.invalidate(&target.id);
     if let Some(loc) = &response.location {
         app.store.forget(loc);
     }
@@ -77,12 +77,11 @@ fn json_param(
 }
 
 pub async fn declare(
-    State(app): State<AppState>,
     Model(target, request): Model<DeclareTableRequest>,
 ) -> ApiResult<Response> {
-    let _guard = app.catalog.commit_lock.lock().await;
-    let response = app.catalog.ns().declare_table(request).await;
-    app.catalog.invalidate(&target.id);
+    let _guard = target.catalog.commit_lock.lock().await;
+    let response = target.catalog.ns().declare_table(request).await;
+    target.catalog.invalidate(&target.id);
     answer(response)
 }
 
@@ -106,7 +105,7 @@ pub async fn describe(
         load_detailed_metadata: Some(false),
         ..Default::default()
     };
-    let entry = app
+    let entry = target
         .catalog
         .ns()
         .describe_table(request)
@@ -160,12 +159,11 @@ pub async fn describe(
 }
 
 pub async fn exists(
-    State(app): State<AppState>,
     target: Target,
     JsonBody(body): JsonBody<Common>,
 ) -> ApiResult<Response> {
     target.check_body_id(&body.id)?;
-    app.catalog.locate(&target.id).await?;
+    target.catalog.locate(&target.id).await?;
     Ok(reply(json!({})))
 }
 
@@ -173,16 +171,16 @@ pub async fn drop(
     State(app): State<AppState>,
     Model(target, request): Model<DropTableRequest>,
 ) -> ApiResult<Response> {
-    let location = app.catalog.locate(&target.id).await?;
-    let _guard = app.catalog.commit_lock.lock().await;
+    let location = target.catalog.locate(&target.id).await?;
+    let _guard = target.catalog.commit_lock.lock().await;
     let _writes = app.store.write_lock(&location, None).await;
-    let response = app
+    let response = target
         .catalog
         .ns()
         .drop_table(request)
         .await
         .map_err(|e| not_found_as_table(e, &target.id))?;
-    app.catalog.invalidate(&target.id);
+    target.catalog.invalidate(&target.id);
     app.store.forget(&location);
     respond(response)
 }
@@ -191,14 +189,14 @@ pub async fn deregister(
     State(app): State<AppState>,
     Model(target, request): Model<DeregisterTableRequest>,
 ) -> ApiResult<Response> {
-    let _guard = app.catalog.commit_lock.lock().await;
-    let response = app
+    let _guard = target.catalog.commit_lock.lock().await;
+    let response = target
         .catalog
         .ns()
         .deregister_table(request)
         .await
         .map_err(|e| not_found_as_table(e, &target.id))?;
-    app.catalog.invalidate(&target.id);
+    target.catalog.invalidate(&target.id);
     if let Some(loc) = &response.location {
         app.store.forget(loc);
     }
@@ -206,38 +204,41 @@ pub async fn deregister(
 }
 
 pub async fn register(
-    State(app): State<AppState>,
     Model(target, mut request): Model<RegisterTableRequest>,
 ) -> ApiResult<Response> {
-    request.location = app.catalog.relative_location(&request.location);
-    let _guard = app.catalog.commit_lock.lock().await;
-    let response = app.catalog.ns().register_table(request).await;
-    app.catalog.invalidate(&target.id);
+    request.location = target.catalog.contained_location(&request.location)?;
+    let _guard = target.catalog.commit_lock.lock().await;
+    let response = target.catalog.ns().register_table(request).await;
+    target.catalog.invalidate(&target.id);
     answer(response)
 }
 
 pub async fn rename(
-    State(app): State<AppState>,
-    Model(target, request): Model<RenameTableRequest>,
+    Model(target, mut request): Model<RenameTableRequest>,
 ) -> ApiResult<Response> {
-    let _guard = app.catalog.commit_lock.lock().await;
-    let response = app
+    if let Some(ns) = request.new_namespace_id.take() {
+        request.new_namespace_id = Some(target.caller.resolve(&ns)?);
+    } else if target.caller.database.is_some() {
+        // A rename without a namespace stays in the table's namespace, inside the database.
+        request.new_namespace_id = Some(target.id[..target.id.len().saturating_sub(1)].to_vec());
+    }
+    let _guard = target.catalog.commit_lock.lock().await;
+    let response = target
         .catalog
         .ns()
         .rename_table(request)
         .await
         .map_err(|e| not_found_as_table(e, &target.id));
-    app.catalog.invalidate_all();
+    target.catalog.invalidate_all();
     answer(response)
 }
 
 pub async fn stats(
-    State(app): State<AppState>,
     Model(target, mut request): Model<GetTableStatsRequest>,
 ) -> ApiResult<Response> {
     request.branch = target.branch(&request.branch);
     answer(
-        app.catalog
+        target.catalog
             .ns()
             .get_table_stats(request)
             .await
@@ -245,14 +246,15 @@ pub async fn stats(
     )
 }
 
-/// `GET /v1/table`: every table of the root namespace (the lancedb SDK's `table_names`).
-pub async fn list_all(State(app): State<AppState>, target: Target) -> ApiResult<Response> {
+/// `GET /v1/table` and `GET /v1/tables`: the tables of the caller's database namespace (or its
+/// tenant's root), paginated; the lancedb SDK's `table_names`.
+pub async fn list_all(target: Target) -> ApiResult<Response> {
     let (limit, token) = page(&target.params, None, None)?;
     let request = ListTablesRequest {
-        id: Some(vec![]),
+        id: Some(target.id.clone()),
         limit: limit.map(|l| l as i32),
         page_token: token,
         ..Default::default()
     };
-    answer(app.catalog.ns().list_tables(request).await)
+    answer(target.catalog.ns().list_tables(request).await)
 }

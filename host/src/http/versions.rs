@@ -38,7 +38,7 @@ pub async fn list(
         ),
         None => None,
     };
-    let location = app.catalog.locate(&target.id).await?;
+    let location = target.catalog.locate(&target.id).await?;
     let branch = target.branch(&body.common.branch);
     let mut versions = app.store.versions(&location, branch.as_deref()).await?;
     let descending = body
@@ -93,7 +93,7 @@ pub async fn restore(
             "version must be >= 0, got {version}"
         )));
     }
-    let location = app.catalog.locate(&target.id).await?;
+    let location = target.catalog.locate(&target.id).await?;
     let branch = target.branch(&body.common.branch);
     let new_version = app
         .store
@@ -132,7 +132,7 @@ pub async fn list_tags(
 ) -> ApiResult<Response> {
     target.check_body_id(&body.common.id)?;
     let (limit, token) = page(&target.params, body.limit, body.page_token)?;
-    let location = app.catalog.locate(&target.id).await?;
+    let location = target.catalog.locate(&target.id).await?;
     let tags = app.store.list_tags(&location).await?;
     if dialect == Dialect::LanceDb {
         let flat: serde_json::Map<String, serde_json::Value> = tags

@@ -1,0 +1,52 @@
+//! Tenants are kept apart physically: each has its own catalog (a `DirectoryNamespace`) rooted
+//! at `<root>/tenants/<tenant>`, so no id of one tenant can name anything of another, whatever
+//! a request says. Catalogs are opened on first use and kept.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use lance::session::Session;
+
+use crate::catalog::Catalog;
+use crate::error::{ApiError, ApiResult};
+
+pub struct Tenants {
+    root: String,
+    session: Arc<Session>,
+    catalogs: tokio::sync::Mutex<HashMap<String, Arc<Catalog>>>,
+}
+
+impl Tenants {
+    pub fn new(root: &str, session: Arc<Session>) -> Self {
+        Self {
+            root: root.trim_end_matches('/').to_string(),
+            session,
+            catalogs: Default::default(),
+        }
+    }
+
+    pub fn root(&self) -> &str {
+        &self.root
+    }
+
+    /// Where a tenant's tables live.
+    pub fn tenant_root(&self, tenant: &str) -> String {
+        format!("{}/tenants/{tenant}", self.root)
+    }
+
+    pub async fn catalog(&self, tenant: &str) -> ApiResult<Arc<Catalog>> {
+        crate::auth::check_tenant_name(tenant).map_err(ApiError::invalid)?;
+        let mut catalogs = self.catalogs.lock().await;
+        if let Some(c) = catalogs.get(tenant) {
+            return Ok(c.clone());
+        }
+        let root = self.tenant_root(tenant);
+        if !root.contains("://") {
+            std::fs::create_dir_all(&root)
+                .map_err(|e| ApiError::internal(format!("cannot create tenant directory: {e}")))?;
+        }
+        let catalog = Arc::new(Catalog::open(&root, self.session.clone()).await?);
+        catalogs.insert(tenant.to_string(), catalog.clone());
+        Ok(catalog)
+    }
+}
