@@ -189,6 +189,10 @@ impl Server {
         let _ = self.child.wait();
     }
 
+    pub fn data_dir(&self) -> &std::path::Path {
+        self.data.as_ref().expect("data directory taken").path()
+    }
+
     /// Keep the data directory beyond this server (to restart another on it).
     pub fn take_data(&mut self) -> tempfile::TempDir {
         self.data.take().expect("data directory already taken")

@@ -2,6 +2,7 @@
 
 mod common;
 
+mod auth;
 mod batch;
 mod data;
 mod errors;

@@ -3,29 +3,58 @@ import json
 import os
 import subprocess
 import tempfile
+import time
+import urllib.error
 import urllib.request
 
 import pyarrow as pa
 import pytest
 
 
+ADMIN_KEY = "python-tests-admin-key"
+
+
 class Lancet:
     def __init__(self, data_dir):
         self.data = data_dir
-        binary = os.environ.get("LANCET_BIN", "lancet")
+        # Tables of tenant `default` (what the admin key sees) live here.
+        self.tenant_root = os.path.join(data_dir, "tenants", "default")
+        self.key = ADMIN_KEY
+        self.binary = os.environ.get("LANCET_BIN", "lancet")
         self.proc = subprocess.Popen(
-            [binary, "serve", "--addr", "127.0.0.1:0", "--data", data_dir],
+            [self.binary, "serve", "--addr", "127.0.0.1:0", "--data", data_dir],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
+            env={**os.environ, "LANCET_BOOTSTRAP_KEY": ADMIN_KEY},
         )
         line = self.proc.stdout.readline().strip()
+        while line and not line.startswith("listening on "):
+            line = self.proc.stdout.readline().strip()
         assert line.startswith("listening on "), line
         self.base = line[len("listening on "):]
 
-    def post(self, path, body=None, data=None, content_type="application/json"):
+    def new_key(self, tenant, role):
+        """A key made by `lancet keys create`, once the running server accepts it."""
+        out = subprocess.run(
+            [self.binary, "keys", "--data", self.data, "create", "--tenant", tenant, "--role", role],
+            check=True, capture_output=True, text=True,
+        )
+        key = out.stdout.strip()
+        for _ in range(100):
+            try:
+                self.post("/v1/namespace/$/exists", key=key)
+                return key
+            except urllib.error.HTTPError as e:
+                if e.code != 401:
+                    return key
+            time.sleep(0.1)
+        raise AssertionError("server never accepted the new key")
+
+    def post(self, path, body=None, data=None, content_type="application/json", key=None):
         payload = data if data is not None else json.dumps(body or {}).encode()
-        req = urllib.request.Request(self.base + path, data=payload, method="POST", headers={"content-type": content_type})
+        headers = {"content-type": content_type, "authorization": f"Bearer {key or self.key}"}
+        req = urllib.request.Request(self.base + path, data=payload, method="POST", headers=headers)
         with urllib.request.urlopen(req) as r:
             return json.loads(r.read())
 

@@ -24,12 +24,10 @@ def test_pylance_and_directory_namespace_read_what_lancet_wrote(lancet):
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, rows(1).schema) as w:
         w.write_table(rows(3, start=5))
-    req = urllib.request.Request(lancet.base + "/v1/table/ns$items/insert", data=sink.getvalue().to_pybytes(), method="POST",
-                                 headers={"content-type": "application/vnd.apache.arrow.stream"})
-    urllib.request.urlopen(req).read()
+    lancet.post("/v1/table/ns$items/insert", data=sink.getvalue().to_pybytes(), content_type="application/vnd.apache.arrow.stream")
 
-    # The same data directory through lance's own directory namespace.
-    dir_ns = lance_namespace.connect("dir", {"root": lancet.data})
+    # The tenant's directory through lance's own directory namespace.
+    dir_ns = lance_namespace.connect("dir", {"root": lancet.tenant_root})
     assert dir_ns.list_tables(ListTablesRequest(id=["ns"])).tables == ["items"]
     ds = lance.dataset(namespace_client=dir_ns, table_id=["ns", "items"])
     assert ds.count_rows() == 8
@@ -38,7 +36,7 @@ def test_pylance_and_directory_namespace_read_what_lancet_wrote(lancet):
 
 
 def test_rest_namespace_client(lancet):
-    ns = lance_namespace.connect("rest", {"uri": lancet.base})
+    ns = lance_namespace.connect("rest", {"uri": lancet.base, "header.Authorization": f"Bearer {lancet.key}"})
     ns.create_namespace(CreateNamespaceRequest(id=["r"]))
     assert "r" in ns.list_namespaces(ListNamespacesRequest(id=[])).namespaces
     lancet.create_table("r$t", rows(10))
@@ -58,3 +56,27 @@ def test_rest_namespace_client(lancet):
     with pytest.raises(Exception) as err:
         ns.describe_table(DescribeTableRequest(id=["r", "missing"]))
     assert "not found" in str(err.value).lower()
+
+
+def test_rest_namespace_client_credentials_and_tenants(lancet):
+    lancet.create_table("shared", rows(4))
+    anonymous = lance_namespace.connect("rest", {"uri": lancet.base})
+    with pytest.raises(Exception) as err:
+        anonymous.list_tables(ListTablesRequest(id=[]))
+    assert "401" in str(err.value) or "unauthenticated" in str(err.value).lower()
+
+    # x-api-key works as well as a bearer token; another tenant sees nothing of ours.
+    other_key = lancet.new_key("other", "write")
+    other = lance_namespace.connect("rest", {"uri": lancet.base, "header.x-api-key": other_key})
+    assert other.list_tables(ListTablesRequest(id=[])).tables == []
+    with pytest.raises(Exception) as err:
+        other.describe_table(DescribeTableRequest(id=["shared"]))
+    assert "not found" in str(err.value).lower()
+
+    # A read key of our tenant reads but cannot write.
+    reader_key = lancet.new_key("default", "read")
+    reader = lance_namespace.connect("rest", {"uri": lancet.base, "header.Authorization": f"Bearer {reader_key}"})
+    assert reader.count_table_rows(CountTableRowsRequest(id=["shared"])).count == 4
+    with pytest.raises(Exception) as err:
+        reader.create_namespace(CreateNamespaceRequest(id=["nope"]))
+    assert "403" in str(err.value) or "permission" in str(err.value).lower() or "forbidden" in str(err.value).lower()

@@ -12,7 +12,7 @@ def vectors(rows):
 
 
 def test_lancedb_remote_table_lifecycle(lancet):
-    db = lancedb.connect("db://test", api_key="any", host_override=lancet.base, region="us-east-1")
+    db = lancedb.connect("db://test", api_key=lancet.key, host_override=lancet.base, region="us-east-1")
     data = pa.table({"id": list(range(10)), "text": [f"hello {i}" for i in range(10)], "vector": vectors([[float(i), 1.0] for i in range(10)])})
     db.create_table("t", data)
     assert "t" in list(db.table_names())
@@ -57,5 +57,43 @@ def test_lancedb_remote_table_lifecycle(lancet):
     t.restore(1)
     assert t.count_rows() == 10
 
+    dev = t.branches.create("dev")
+    dev.add(pa.table({"id": [99], "text": ["on dev"], "vector": vectors([[9.0, 9.0]])}))
+    assert dev.count_rows() == 11
+    assert t.count_rows() == 10
+    assert "dev" in t.branches.list()
+    t.branches.delete("dev")
+    assert "dev" not in t.branches.list()
+
+    # The database is a namespace of the tenant: a namespace client sees the same table.
+    assert [x.name if hasattr(x, "name") else x for x in db.list_tables().tables] == ["t"]
+    assert lancet.post("/v1/table/test$t/count_rows") == 10
+
     db.drop_table("t")
     assert "t" not in list(db.table_names())
+
+
+def test_lancedb_credentials_and_databases(lancet):
+    bad = lancedb.connect("db://test", api_key="lk_wrong", host_override=lancet.base, region="us-east-1")
+    try:
+        list(bad.table_names())
+        raise AssertionError("a wrong key was accepted")
+    except Exception as e:  # the SDK raises its own error type for 401
+        assert "401" in str(e) or "unauthor" in str(e).lower(), e
+
+    db = lancedb.connect("db://alpha", api_key=lancet.key, host_override=lancet.base, region="us-east-1")
+    db.create_table("a", pa.table({"id": [1, 2, 3]}))
+    other_db = lancedb.connect("db://beta", api_key=lancet.key, host_override=lancet.base, region="us-east-1")
+    assert list(other_db.table_names()) == []
+    assert list(db.table_names()) == ["a"]
+
+    # Another tenant's key with the same database name sees an empty database.
+    key = lancet.new_key("other", "write")
+    theirs = lancedb.connect("db://alpha", api_key=key, host_override=lancet.base, region="us-east-1")
+    assert list(theirs.table_names()) == []
+    try:
+        theirs.open_table("a").count_rows()
+        raise AssertionError("another tenant opened our table")
+    except Exception as e:
+        assert "not found" in str(e).lower() or "404" in str(e), e
+    assert db.open_table("a").count_rows() == 3

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use axum::body::{Body, to_bytes};
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::{HeaderMap, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use lance_namespace::ErrorCode;
@@ -88,16 +88,7 @@ pub async fn authenticate(State(app): State<AppState>, request: Request, next: N
     }
     match admit(&app, request).await {
         Ok(request) => next.run(request).await,
-        Err(err) => {
-            let challenge = err.status == axum::http::StatusCode::UNAUTHORIZED;
-            let mut response = err.into_response();
-            if challenge {
-                response
-                    .headers_mut()
-                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-            }
-            response
-        }
+        Err(err) => err.into_response(),
     }
 }
 
@@ -237,6 +228,7 @@ pub async fn require(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::HeaderValue;
 
     fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
         let mut h = HeaderMap::new();

@@ -119,6 +119,12 @@ pub async fn render_errors(request: Request, next: Next) -> Response {
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
+    if err.status == StatusCode::UNAUTHORIZED {
+        // RFC 6750: tell the client which scheme to use.
+        rendered
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
     rendered
 }
 
