@@ -1,5 +1,6 @@
 //! Server settings from flags and environment variables.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -60,3 +61,15 @@ pub fn auth_path(data: &str, auth_file: Option<&std::path::Path>) -> PathBuf {
         PathBuf::from(data).join("_auth").join("auth.toml")
     }
 }
+
+/// `[tenants.<name>]` in the auth file: settings that differ per tenant.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantSettings {
+    /// UDF limits replacing the server's (`timeout_ms`, `max_memory_bytes`,
+    /// `max_output_bytes`, `max_rows_per_call`); memory stays within the server's pool slots.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub udf: Option<lancet_udf::LimitsOverride>,
+}
+
+pub type TenantTable = BTreeMap<String, TenantSettings>;

@@ -15,7 +15,7 @@ use crate::{App, http};
 pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
     let root = config.root_uri()?;
     let session = Arc::new(Session::default());
-    let auth = authenticator(config)?;
+    let (auth, tenant_limits) = authenticator(config)?;
     let runtime = lancet_udf::Runtime::new(udf_config(config, &root))?;
     Ok(Arc::new(App {
         tenants: Tenants::new(&root, session.clone()),
@@ -26,14 +26,16 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
             .map(|d| d.trim_matches('.').to_ascii_lowercase())
             .filter(|d| !d.is_empty()),
         store: Store::new(session),
-        virtual_columns: VirtualColumns::new(Arc::new(runtime)),
+        virtual_columns: VirtualColumns::with_tenant_limits(Arc::new(runtime), &tenant_limits),
     }))
 }
 
 /// Keys from the auth file plus `LANCET_BOOTSTRAP_KEY`. A server with no way at all to
 /// authenticate creates an admin key for tenant `default` and prints it once, so a fresh data
 /// directory is usable in one step.
-fn authenticator(config: &ServeConfig) -> anyhow_like::Result<Authenticator> {
+type TenantLimits = std::collections::HashMap<String, lancet_udf::LimitsOverride>;
+
+fn authenticator(config: &ServeConfig) -> anyhow_like::Result<(Authenticator, TenantLimits)> {
     let path = auth_path(&config.data, config.auth_file.as_deref());
     let mut file = AuthFile::load(&path)?;
     let bootstrap = std::env::var("LANCET_BOOTSTRAP_KEY").ok();
@@ -48,7 +50,12 @@ fn authenticator(config: &ServeConfig) -> anyhow_like::Result<Authenticator> {
         );
     }
     let keys = KeyRing::open(Some(path), bootstrap)?;
-    Ok(Authenticator::new(keys, file.jwt.as_ref())?)
+    let limits = file
+        .tenants
+        .iter()
+        .filter_map(|(t, s)| Some((t.clone(), s.udf.clone()?)))
+        .collect();
+    Ok((Authenticator::new(keys, file.jwt.as_ref())?, limits))
 }
 
 /// Modules are stored content-addressed beside the tables (`<root>/_udfs/modules`), compiled

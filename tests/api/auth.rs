@@ -1,7 +1,6 @@
 //! Credentials, roles and tenant isolation. The 401/403 checks walk `lancet::http::route_table()`,
 //! so a route added without a role cannot pass them.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use lancet::auth::Role;
@@ -12,49 +11,6 @@ use crate::common::*;
 
 const UNAUTHENTICATED: u32 = 16;
 const PERMISSION_DENIED: u32 = 15;
-
-/// `lancet keys <args>` on the server's data directory; returns stdout.
-fn keys_cli(server: &Server, args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_lancet"))
-        .arg("keys")
-        .arg("--data")
-        .arg(server.data_dir())
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "lancet keys {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-/// A new key made with the CLI, once the running server accepts it.
-async fn new_key(server: &Server, tenant: &str, role: &str, namespace: &[&str]) -> String {
-    let mut args = vec!["create", "--tenant", tenant, "--role", role];
-    for level in namespace {
-        args.extend(["--namespace", level]);
-    }
-    let key = keys_cli(server, &args).trim().to_string();
-    assert!(key.starts_with("lk_"), "{key}");
-    let client = client_with_key(&key);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let status = client
-            .post(server.url("/v1/namespace/$/exists"))
-            .json(&json!({}))
-            .send()
-            .await
-            .unwrap()
-            .status();
-        if status != 401 {
-            return key;
-        }
-        assert!(Instant::now() < deadline, "server never accepted the new key");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 async fn call(
     client: &reqwest::Client,
@@ -136,8 +92,8 @@ async fn every_route_demands_valid_credentials() {
 async fn roles_are_enforced_on_every_route() {
     let s = Server::start().await;
     s.create_table("t", 5).await;
-    let read = client_with_key(&new_key(&s, "default", "read", &[]).await);
-    let write = client_with_key(&new_key(&s, "default", "write", &[]).await);
+    let read = client_with_key(&s.new_key("default", "read", &[]).await);
+    let write = client_with_key(&s.new_key("default", "write", &[]).await);
     for route in lancet::http::route_table() {
         let method = Method::from_bytes(route.method.as_bytes()).unwrap();
         for (client, role) in [(&read, Role::Read), (&write, Role::Write)] {
@@ -158,7 +114,7 @@ async fn roles_are_enforced_on_every_route() {
     assert_eq!(s.count("t", json!({})).await, 5);
     assert_eq!(s.version("t").await, 1);
     // The body's identity is a credential when no header carries one.
-    let key = new_key(&s, "default", "read", &[]).await;
+    let key = s.new_key("default", "read", &[]).await;
     let (status, body, _) = call(
         &reqwest::Client::new(),
         Method::POST,
@@ -173,8 +129,8 @@ async fn roles_are_enforced_on_every_route() {
 #[tokio::test]
 async fn tenants_cannot_see_or_touch_each_other() {
     let s = Server::start().await;
-    let a = client_with_key(&new_key(&s, "alpha", "admin", &[]).await);
-    let b = client_with_key(&new_key(&s, "beta", "admin", &[]).await);
+    let a = client_with_key(&s.new_key("alpha", "admin", &[]).await);
+    let b = client_with_key(&s.new_key("beta", "admin", &[]).await);
     let post = |c: &reqwest::Client, path: &str, body: Value| {
         let c = c.clone();
         let url = s.url(path);
@@ -253,7 +209,7 @@ async fn tenants_cannot_see_or_touch_each_other() {
 async fn context_headers_cannot_change_identity_or_database() {
     let s = Server::start().await;
     s.create_table("t", 3).await;
-    let read_key = new_key(&s, "default", "read", &[]).await;
+    let read_key = s.new_key("default", "read", &[]).await;
     let read = client_with_key(&read_key);
     let injected = json!({
         "predicate": "id >= 0",
@@ -313,7 +269,7 @@ async fn database_selects_a_namespace_and_scopes_bind() {
     assert_eq!(n, json!(4));
 
     // A key scoped to namespace "sales": fine there, 403 for any other database or the root.
-    let scoped = client_with_key(&new_key(&s, "default", "write", &["sales"]).await);
+    let scoped = client_with_key(&s.new_key("default", "write", &["sales"]).await);
     let (status, n, _) = call(&scoped, Method::POST, s.url("/v1/table/orders/count_rows"), &sales, json!({})).await;
     assert_eq!((status, n), (200, json!(4)));
     let (status, n, _) = call(&scoped, Method::POST, s.url("/v1/table/sales$orders/count_rows"), &[], json!({})).await;
@@ -334,7 +290,7 @@ async fn database_selects_a_namespace_and_scopes_bind() {
 #[tokio::test]
 async fn failed_logins_are_answered_fast_and_others_keep_working() {
     let s = Server::start().await;
-    let b = client_with_key(&new_key(&s, "beta", "write", &[]).await);
+    let b = client_with_key(&s.new_key("beta", "write", &[]).await);
     let r = b
         .post(s.url("/v1/table/t/create"))
         .header("content-type", "application/vnd.apache.arrow.stream")
@@ -401,8 +357,8 @@ async fn first_start_makes_a_key_and_revoked_keys_stop_working() {
     let s = Server::start_with(data, &[("LANCET_BOOTSTRAP_KEY", "")]).await;
     assert!(s.banner.is_empty(), "{:?}", s.banner);
     // Revoke: a running server drops the key within a second or so.
-    let second = new_key(&s, "default", "read", &[]).await;
-    let listing = keys_cli(&s, &["list"]);
+    let second = s.new_key("default", "read", &[]).await;
+    let listing = s.keys_cli(&["list"]);
     assert_eq!(listing.lines().count(), 2, "{listing}");
     assert!(!listing.contains(&second));
     let id = listing
@@ -413,7 +369,7 @@ async fn first_start_makes_a_key_and_revoked_keys_stop_working() {
         .next()
         .unwrap()
         .to_string();
-    keys_cli(&s, &["revoke", &id]);
+    s.keys_cli(&["revoke", &id]);
     let c = client_with_key(&second);
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {

@@ -28,11 +28,26 @@ pub fn client_with_key(key: &str) -> reqwest::Client {
 
 pub struct Server {
     child: Child,
-    pub base: String,
     data: Option<tempfile::TempDir>,
-    pub client: reqwest::Client,
     /// Lines the server printed before it started listening (e.g. a generated key).
     pub banner: Vec<String>,
+    /// Requests as the bootstrap admin of tenant `default`.
+    handle: Handle,
+}
+
+/// A server's address plus the credential requests carry; `Server` derefs to its admin handle,
+/// `Server::with_key` makes one for another credential.
+#[derive(Clone)]
+pub struct Handle {
+    pub base: String,
+    pub client: reqwest::Client,
+}
+
+impl std::ops::Deref for Server {
+    type Target = Handle;
+    fn deref(&self) -> &Handle {
+        &self.handle
+    }
 }
 
 impl Server {
@@ -75,13 +90,87 @@ impl Server {
         let base = last.strip_prefix("listening on ").unwrap().to_string();
         Server {
             child,
-            base,
             data: Some(data),
-            client: client_with_key(ADMIN_KEY),
             banner: banner.to_vec(),
+            handle: Handle {
+                base,
+                client: client_with_key(ADMIN_KEY),
+            },
         }
     }
 
+    /// The same server, with requests carrying `key`.
+    pub fn with_key(&self, key: &str) -> Handle {
+        Handle {
+            base: self.handle.base.clone(),
+            client: client_with_key(key),
+        }
+    }
+
+    /// `lancet keys <args>` on this server's data directory; returns stdout.
+    pub fn keys_cli(&self, args: &[&str]) -> String {
+        let out = Command::new(env!("CARGO_BIN_EXE_lancet"))
+            .arg("keys")
+            .arg("--data")
+            .arg(self.data_dir())
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "lancet keys {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// A new key made with the CLI, returned once the running server accepts it.
+    pub async fn new_key(&self, tenant: &str, role: &str, namespace: &[&str]) -> String {
+        let mut args = vec!["create", "--tenant", tenant, "--role", role];
+        for level in namespace {
+            args.extend(["--namespace", level]);
+        }
+        let key = self.keys_cli(&args).trim().to_string();
+        assert!(key.starts_with("lk_"), "{key}");
+        let handle = self.with_key(&key);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let (status, _) = handle.post("/v1/namespace/$/exists", json!({})).await;
+            if status != 401 {
+                return key;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "server never accepted the new key"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn data_dir(&self) -> &std::path::Path {
+        self.data.as_ref().expect("data directory taken").path()
+    }
+
+    /// Keep the data directory beyond this server (to restart another on it).
+    pub fn take_data(&mut self) -> tempfile::TempDir {
+        self.data.take().expect("data directory already taken")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn wait(&mut self) -> std::process::ExitStatus {
+        self.child.wait().unwrap()
+    }
+}
+
+impl Handle {
     pub fn url(&self, path: &str) -> String {
         format!("{}{}", self.base, path)
     }
@@ -182,28 +271,6 @@ impl Server {
             .post_arrow(&format!("/v1/table/{name}/create"), &sample(0, n))
             .await;
         assert_eq!(status, 200, "create {name}: {v}");
-    }
-
-    pub fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    pub fn data_dir(&self) -> &std::path::Path {
-        self.data.as_ref().expect("data directory taken").path()
-    }
-
-    /// Keep the data directory beyond this server (to restart another on it).
-    pub fn take_data(&mut self) -> tempfile::TempDir {
-        self.data.take().expect("data directory already taken")
-    }
-
-    pub fn pid(&self) -> u32 {
-        self.child.id()
-    }
-
-    pub fn wait(&mut self) -> std::process::ExitStatus {
-        self.child.wait().unwrap()
     }
 }
 

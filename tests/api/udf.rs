@@ -264,3 +264,62 @@ async fn hostile_guests_are_stopped_and_the_server_keeps_serving() {
     );
     assert_eq!(s.version("h").await, before);
 }
+
+#[tokio::test]
+async fn udf_limits_and_instances_are_per_tenant() {
+    let data = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(data.path().join("_auth")).unwrap();
+    std::fs::write(
+        data.path().join("_auth/auth.toml"),
+        "[tenants.tight.udf]\ntimeout_ms = 300\nmax_rows_per_call = 1\n",
+    )
+    .unwrap();
+    let s = Server::start_with(data, &[]).await;
+    let mut calls = BTreeMap::new();
+    for tenant in ["tight", "roomy"] {
+        let h = s.with_key(&s.new_key(tenant, "write", &[]).await);
+        let (status, v) = h.post_arrow("/v1/table/t/create", &sample(0, 2)).await;
+        assert_eq!(status, 200, "{v}");
+        let vc = virtual_column("misbehave", "count_calls", &["id"]);
+        let v = h
+            .ok("/v1/table/t/add_columns", json!({"new_columns": [{"name": "calls", "virtual_column": vc}]}))
+            .await;
+        assert_eq!(v["version"], 2);
+        let (status, v) = h.post_arrow("/v1/table/t/insert", &sample(2, 3)).await;
+        assert_eq!(status, 200, "{v}");
+        let rows = h
+            .query("t", json!({"columns": ["id", "calls"], "filter": "id >= 2"}))
+            .await;
+        let mut pairs: Vec<(i64, i64)> = Vec::new();
+        for b in &rows {
+            let id = b.column_by_name("id").unwrap().as_any().downcast_ref::<arrow_array::Int64Array>().unwrap();
+            let c = b.column_by_name("calls").unwrap().as_any().downcast_ref::<arrow_array::Int64Array>().unwrap();
+            pairs.extend((0..b.num_rows()).map(|i| (id.value(i), c.value(i))));
+        }
+        pairs.sort();
+        calls.insert(tenant, pairs.into_iter().map(|(_, c)| c).collect::<Vec<_>>());
+    }
+    // tight: one row per call, on one reused instance (1, 2, 3); roomy: all rows in one call on
+    // an instance of its own (tight's calls did not advance it).
+    assert_eq!(calls["tight"], vec![1, 2, 3]);
+    assert_eq!(calls["roomy"], vec![1, 1, 1]);
+
+    // tight's wall-time limit is its own: a spinning UDF fails at 300 ms, naming the limit.
+    let h = s.with_key(&s.new_key("tight", "write", &[]).await);
+    let vc = virtual_column("misbehave", "spin", &["id"]);
+    let (status, v) = h
+        .post("/v1/table/t/add_columns", json!({"new_columns": [{"name": "spun", "virtual_column": vc}]}))
+        .await;
+    if status == 200 {
+        let started = std::time::Instant::now();
+        let (status, v) = h.post_arrow("/v1/table/t/insert", &sample(10, 1)).await;
+        assert_eq!(status, 400, "{v}");
+        let detail = v["detail"].as_str().unwrap();
+        assert!(detail.contains("300"), "{detail}");
+        eprintln!("tight tenant's spin stopped after {:?}", started.elapsed());
+        assert_eq!(h.count("t", json!({})).await, 5);
+    } else {
+        // Defining it already ran the UDF (zero rows) and was refused: also acceptable.
+        assert_eq!(status, 400, "{v}");
+    }
+}

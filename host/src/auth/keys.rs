@@ -22,6 +22,9 @@ pub struct AuthFile {
     pub keys: Vec<KeyEntry>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jwt: Option<JwtConfig>,
+    /// Per-tenant settings (read at start-up).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub tenants: crate::config::TenantTable,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -73,6 +76,9 @@ impl AuthFile {
             Ok(text) => {
                 let file: AuthFile =
                     toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+                for name in file.tenants.keys() {
+                    check_tenant_name(name).map_err(|e| format!("[tenants.{name}]: {e}"))?;
+                }
                 for k in &file.keys {
                     check_tenant_name(&k.tenant).map_err(|e| format!("key {}: {e}", k.id))?;
                     if k.sha256.len() != 64 || !k.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {

@@ -52,7 +52,7 @@ pub async fn insert(
             )
             .await?
     } else {
-        let hook = app.virtual_columns.insert_hook();
+        let hook = app.virtual_columns.insert_hook(target.caller.tenant());
         app.store
             .insert(
                 &location,
@@ -114,7 +114,7 @@ pub async fn merge_insert(
             "num_updated_rows": 0, "num_inserted_rows": rows, "num_deleted_rows": 0, "version": ds.version().version
         })));
     }
-    let hook = app.virtual_columns.insert_hook();
+    let hook = app.virtual_columns.insert_hook(target.caller.tenant());
     let counts = app
         .store
         .merge_insert(

@@ -13,12 +13,9 @@ use super::{DEFINITION_KEY, Definition, VirtualColumns, udf_error};
 use crate::error::{ApiError, ApiResult};
 use crate::store::RowTransform;
 
-/// Tenant key for instance pools until credentials map requests to tenants.
-const TENANT: &str = "default";
-
 impl VirtualColumns {
-    /// The hook the store runs on rows before writing them to an existing table.
-    pub fn insert_hook(&self) -> Box<RowTransform<'_>> {
+    /// The hook the store runs on rows `tenant` writes to an existing table.
+    pub fn insert_hook<'a>(&'a self, tenant: &'a str) -> Box<RowTransform<'a>> {
         Box::new(move |ds, batches| {
             let schema = Schema::from(ds.schema());
             let virtuals: Vec<(Field, Definition)> = schema
@@ -36,13 +33,14 @@ impl VirtualColumns {
             }
             batches
                 .into_iter()
-                .map(|b| self.complete(&schema, &virtuals, b))
+                .map(|b| self.complete(tenant, &schema, &virtuals, b))
                 .collect()
         })
     }
 
     fn complete(
         &self,
+        tenant: &str,
         table: &Schema,
         virtuals: &[(Field, Definition)],
         batch: RecordBatch,
@@ -59,7 +57,7 @@ impl VirtualColumns {
                 let result = match results.get(&key) {
                     Some(r) => r.clone(),
                     None => {
-                        let r = self.run(def, &batch)?;
+                        let r = self.run(tenant, def, &batch)?;
                         results.insert(key, r.clone());
                         r
                     }
@@ -107,7 +105,7 @@ impl VirtualColumns {
     }
 
     /// Run a column's UDF over the rows being written.
-    fn run(&self, def: &Definition, batch: &RecordBatch) -> ApiResult<ArrayRef> {
+    fn run(&self, tenant: &str, def: &Definition, batch: &RecordBatch) -> ApiResult<ArrayRef> {
         let manifest = Manifest::parse(&def.manifest).map_err(udf_error)?;
         let prepared = self.runtime.prepare(&manifest).map_err(udf_error)?;
         let mut fields = Vec::new();
@@ -125,7 +123,7 @@ impl VirtualColumns {
         let input =
             RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).map_err(ApiError::from)?;
         self.runtime
-            .invoke(&prepared, TENANT, &input, None, &self.limits)
+            .invoke(&prepared, tenant, &input, None, self.limits_for(tenant))
             .map_err(udf_error)
     }
 }

@@ -99,21 +99,62 @@ pub fn describe(schema: &arrow_schema::Schema) -> Value {
     Value::Object(out)
 }
 
-/// The UDF runtime plus the limits applied to every call made for virtual columns.
+/// The UDF runtime plus the limits applied to calls made for virtual columns: the server's,
+/// replaced field by field by a tenant's own where it has any.
 pub struct VirtualColumns {
     runtime: Arc<Runtime>,
     limits: Limits,
+    tenant_limits: HashMap<String, Limits>,
 }
 
 impl VirtualColumns {
     pub fn new(runtime: Arc<Runtime>) -> Self {
+        Self::with_tenant_limits(runtime, &HashMap::new())
+    }
+
+    pub fn with_tenant_limits(
+        runtime: Arc<Runtime>,
+        overrides: &HashMap<String, lancet_udf::LimitsOverride>,
+    ) -> Self {
         let limits = runtime.config().default_limits.clone();
-        Self { runtime, limits }
+        let tenant_limits = overrides
+            .iter()
+            .map(|(tenant, o)| (tenant.clone(), replaced(&limits, o)))
+            .collect();
+        Self {
+            runtime,
+            limits,
+            tenant_limits,
+        }
+    }
+
+    /// The limits every UDF call made for `tenant` runs under.
+    pub fn limits_for(&self, tenant: &str) -> &Limits {
+        self.tenant_limits.get(tenant).unwrap_or(&self.limits)
     }
 
     pub fn runtime(&self) -> &Runtime {
         &self.runtime
     }
+}
+
+/// `base` with each field a tenant sets replaced. Memory cannot exceed the server's cap: that
+/// is the size of the runtime's pooled memory slots.
+fn replaced(base: &Limits, o: &lancet_udf::LimitsOverride) -> Limits {
+    let mut l = base.clone();
+    if let Some(ms) = o.timeout_ms {
+        l.timeout = std::time::Duration::from_millis(ms);
+    }
+    if let Some(m) = o.max_memory_bytes {
+        l.max_memory_bytes = m.min(base.max_memory_bytes);
+    }
+    if let Some(b) = o.max_output_bytes {
+        l.max_output_bytes = b;
+    }
+    if let Some(r) = o.max_rows_per_call {
+        l.max_rows_per_call = r.max(1);
+    }
+    l
 }
 
 /// A UDF failure, as the HTTP layer answers it: definition problems are the caller's (400),
