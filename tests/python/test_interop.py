@@ -80,3 +80,74 @@ def test_rest_namespace_client_credentials_and_tenants(lancet):
     with pytest.raises(Exception) as err:
         reader.create_namespace(CreateNamespaceRequest(id=["nope"]))
     assert "403" in str(err.value) or "permission" in str(err.value).lower() or "forbidden" in str(err.value).lower()
+
+
+def ipc(table):
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def test_rest_namespace_client_full_table_lifecycle(lancet):
+    from lance_namespace import (
+        AlterTableAddColumnsRequest, AlterTableDropColumnsRequest, CreateTableBranchRequest,
+        CreateTableIndexRequest, CreateTableRequest, CreateTableTagRequest, DeleteFromTableRequest,
+        DeleteTableBranchRequest, DeleteTableTagRequest, DescribeTableIndexStatsRequest,
+        DropNamespaceRequest, DropTableRequest, GetTableTagVersionRequest, InsertIntoTableRequest,
+        ListTableBranchesRequest, ListTableIndicesRequest, ListTableTagsRequest,
+        ListTableVersionsRequest, MergeInsertIntoTableRequest, RenameTableRequest,
+        RestoreTableRequest, TableExistsRequest, UpdateTableRequest,
+    )
+    from lance_namespace_urllib3_client.models.add_columns_entry import AddColumnsEntry
+
+    ns = lance_namespace.connect("rest", {"uri": lancet.base, "header.x-api-key": lancet.key})
+    ns.create_namespace(CreateNamespaceRequest(id=["life"]))
+    t = ["life", "t"]
+    assert ns.create_table(CreateTableRequest(id=t), ipc(rows(5))).version == 1
+    assert ns.insert_into_table(InsertIntoTableRequest(id=t), ipc(rows(2, start=5))).version == 2
+    merged = ns.merge_insert_into_table(
+        MergeInsertIntoTableRequest(id=t, on=["id"], when_matched_update_all=True, when_not_matched_insert_all=True),
+        ipc(pa.table({"id": pa.array([0, 100], pa.int64()), "text": ["zero", "hundred"]})),
+    )
+    assert (merged.num_updated_rows, merged.num_inserted_rows, merged.version) == (1, 1, 3)
+    assert ns.update_table(UpdateTableRequest(id=t, predicate="id = 1", updates=[["text", "'one'"]])).updated_rows == 1
+    assert ns.delete_from_table(DeleteFromTableRequest(id=t, predicate="id = 2")).version == 5
+    assert ns.count_table_rows(CountTableRowsRequest(id=t)).count == 7
+    raw = ns.query_table(QueryTableRequest(id=t, k=100, filter="id < 2", vector={}, columns={"column_names": ["id", "text"]}))
+    got = pa.ipc.open_file(pa.BufferReader(raw.data)).read_all()
+    assert sorted(zip(got["id"].to_pylist(), got["text"].to_pylist())) == [(0, "zero"), (1, "one")]
+
+    ns.create_table_index(CreateTableIndexRequest(id=t, column="id", index_type="BTREE", name="id_idx"))
+    indexes = ns.list_table_indices(ListTableIndicesRequest(id=t)).indexes
+    assert [i.index_name for i in indexes] == ["id_idx"]
+    assert ns.describe_table_index_stats(DescribeTableIndexStatsRequest(id=t, index_name="id_idx")).num_indexed_rows == 7
+
+    ns.alter_table_add_columns(AlterTableAddColumnsRequest(id=t, new_columns=[AddColumnsEntry(name="twice", expression="id * 2")]))
+    assert "twice" in [f.name for f in ns.describe_table(DescribeTableRequest(id=t)).var_schema.fields]
+    ns.alter_table_drop_columns(AlterTableDropColumnsRequest(id=t, columns=["twice"]))
+
+    versions = ns.list_table_versions(ListTableVersionsRequest(id=t)).versions
+    latest = max(v.version for v in versions)
+    assert latest == ns.describe_table(DescribeTableRequest(id=t)).version
+    ns.create_table_tag(CreateTableTagRequest(id=t, tag="first", version=1))
+    assert ns.get_table_tag_version(GetTableTagVersionRequest(id=t, tag="first")).version == 1
+    assert "first" in ns.list_table_tags(ListTableTagsRequest(id=t)).tags
+    ns.delete_table_tag(DeleteTableTagRequest(id=t, tag="first"))
+
+    ns.create_table_branch(CreateTableBranchRequest(id=t, name="dev"))
+    ns.delete_from_table(DeleteFromTableRequest(id=t, predicate="true", branch="dev"))
+    assert ns.count_table_rows(CountTableRowsRequest(id=t, branch="dev")).count == 0
+    assert ns.count_table_rows(CountTableRowsRequest(id=t)).count == 7
+    assert "dev" in ns.list_table_branches(ListTableBranchesRequest(id=t)).branches
+    ns.delete_table_branch(DeleteTableBranchRequest(id=t, name="dev"))
+
+    ns.restore_table(RestoreTableRequest(id=t, version=1))
+    assert ns.count_table_rows(CountTableRowsRequest(id=t)).count == 5
+
+    ns.rename_table(RenameTableRequest(id=t, new_table_name="u"))
+    ns.table_exists(TableExistsRequest(id=["life", "u"]))
+    ns.drop_table(DropTableRequest(id=["life", "u"]))
+    assert ns.list_tables(ListTablesRequest(id=["life"])).tables == []
+    ns.drop_namespace(DropNamespaceRequest(id=["life"]))
+    assert "life" not in ns.list_namespaces(ListNamespacesRequest(id=[])).namespaces

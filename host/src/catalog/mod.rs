@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use lance::session::Session;
 use lance_namespace::models::{
-    CreateNamespaceRequest, DescribeTableRequest, NamespaceExistsRequest, TableExistsRequest,
+    CreateNamespaceRequest, DeregisterTableRequest, DescribeTableRequest, NamespaceExistsRequest,
+    RegisterTableRequest, TableExistsRequest,
 };
 use lance_namespace::{ErrorCode, LanceNamespace};
 use lance_namespace_impls::DirectoryNamespaceBuilder;
@@ -150,6 +151,59 @@ impl Catalog {
             }
         }
         self.known_namespaces.lock().unwrap().insert(id.to_vec());
+        Ok(())
+    }
+
+    /// Renames (or moves) a table. `DirectoryNamespace` has no rename, so this re-registers
+    /// the same location under the new id; the data does not move. Under the catalog lock, and
+    /// undone if the second half fails, so the table is never lost or doubled.
+    pub async fn rename_table(&self, from: &[String], to: &[String]) -> ApiResult<()> {
+        let _guard = self.commit_lock.lock().await;
+        let location = self.locate(from).await?;
+        if from == to {
+            return Ok(());
+        }
+        match self.locate(to).await {
+            Ok(_) => {
+                return Err(ApiError::new(
+                    ErrorCode::TableAlreadyExists,
+                    format!("table already exists: {}", to.join(".")),
+                ));
+            }
+            Err(e) if e.code == ErrorCode::TableNotFound => {}
+            Err(e) => return Err(e),
+        }
+        if to.len() > 1 {
+            self.ns
+                .namespace_exists(NamespaceExistsRequest {
+                    id: Some(to[..to.len() - 1].to_vec()),
+                    ..Default::default()
+                })
+                .await
+                .map_err(ApiError::from)?;
+        }
+        let gone = self
+            .ns
+            .deregister_table(DeregisterTableRequest {
+                id: Some(from.to_vec()),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| not_found_as_table(e, from))?;
+        self.invalidate(from);
+        let register = |id: &[String]| RegisterTableRequest {
+            id: Some(id.to_vec()),
+            location: self.relative_location(gone.location.as_deref().unwrap_or(&location)),
+            properties: gone.properties.clone(),
+            ..Default::default()
+        };
+        if let Err(e) = self.ns.register_table(register(to)).await {
+            if let Err(undo) = self.ns.register_table(register(from)).await {
+                tracing::error!(error = %undo, table = %from.join("."), "rename roll-back failed");
+            }
+            return Err(ApiError::from(e));
+        }
+        self.invalidate(to);
         Ok(())
     }
 

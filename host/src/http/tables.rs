@@ -7,7 +7,7 @@ use bytes::Bytes;
 use lance_namespace::models::{
     CreateTableRequest, DeclareTableRequest, DeregisterTableRequest, DescribeTableRequest,
     DropTableRequest, GetTableStatsRequest, ListTablesRequest, RegisterTableRequest,
-    RenameTableRequest,
+    RenameTableRequest, RenameTableResponse,
 };
 use serde::Deserialize;
 use serde_json::json;
@@ -214,23 +214,23 @@ pub async fn register(
 }
 
 pub async fn rename(
-    Model(target, mut request): Model<RenameTableRequest>,
+    Model(target, request): Model<RenameTableRequest>,
 ) -> ApiResult<Response> {
-    if let Some(ns) = request.new_namespace_id.take() {
-        request.new_namespace_id = Some(target.caller.resolve(&ns)?);
-    } else if target.caller.database.is_some() {
-        // A rename without a namespace stays in the table's namespace, inside the database.
-        request.new_namespace_id = Some(target.id[..target.id.len().saturating_sub(1)].to_vec());
+    let namespace = match &request.new_namespace_id {
+        Some(ns) => target.caller.resolve(ns)?,
+        // Without a namespace the table stays in its own.
+        None => target.id[..target.id.len() - 1].to_vec(),
+    };
+    if request.new_table_name.is_empty() || request.new_table_name.contains('$') {
+        return Err(ApiError::invalid(format!(
+            "new_table_name '{}' is not a valid table name",
+            request.new_table_name
+        )));
     }
-    let _guard = target.catalog.commit_lock.lock().await;
-    let response = target
-        .catalog
-        .ns()
-        .rename_table(request)
-        .await
-        .map_err(|e| not_found_as_table(e, &target.id));
-    target.catalog.invalidate_all();
-    answer(response)
+    let mut new_id = namespace;
+    new_id.push(request.new_table_name.clone());
+    target.catalog.rename_table(&target.id, &new_id).await?;
+    respond(RenameTableResponse::default())
 }
 
 pub async fn stats(
