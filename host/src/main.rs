@@ -28,7 +28,12 @@ enum Command {
 #[derive(clap::Args)]
 struct KeysArgs {
     /// The data root whose auth file to change.
-    #[arg(long, env = "LANCET_DATA", default_value = "./lancet-data", global = true)]
+    #[arg(
+        long,
+        env = "LANCET_DATA",
+        default_value = "./lancet-data",
+        global = true
+    )]
     data: String,
     /// The auth file, if not the data root's default.
     #[arg(long, env = "LANCET_AUTH_FILE", global = true)]

@@ -7,8 +7,8 @@ use tokio::net::TcpListener;
 
 use crate::auth::{AuthFile, Authenticator, Role, keys::KeyRing};
 use crate::config::{ServeConfig, auth_path};
-use crate::tenants::Tenants;
 use crate::store::Store;
+use crate::tenants::Tenants;
 use crate::virtual_columns::VirtualColumns;
 use crate::{App, http};
 
@@ -41,7 +41,8 @@ fn authenticator(config: &ServeConfig) -> anyhow_like::Result<(Authenticator, Te
     let bootstrap = std::env::var("LANCET_BOOTSTRAP_KEY").ok();
     let bootstrap = bootstrap.as_deref().filter(|k| !k.trim().is_empty());
     if file.keys.is_empty() && file.jwt.is_none() && bootstrap.is_none() {
-        let (key, entry) = file.create_key("default", Role::Admin, vec![], "created by lancet serve")?;
+        let (key, entry) =
+            file.create_key("default", Role::Admin, vec![], "created by lancet serve")?;
         file.save(&path)?;
         println!(
             "created admin API key {} for tenant 'default' (shown once; stored hashed in {}):\n  {key}",
@@ -86,6 +87,13 @@ pub async fn serve(config: ServeConfig) -> anyhow_like::Result<()> {
     tracing::info!(%addr, root = %app.tenants.root(), "lancet serving");
     tokio::spawn(refresh_keys(app.clone()));
     let service = http::service(app, config.max_body_mb * 1024 * 1024);
+    // Query answers are streamed in several writes; without TCP_NODELAY the last small write
+    // waits for the client's delayed ACK (~40 ms on Linux) on every query.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::warn!(error = %e, "cannot set TCP_NODELAY");
+        }
+    });
     axum::serve(listener, service)
         .with_graceful_shutdown(shutdown_signal())
         .await?;

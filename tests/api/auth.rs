@@ -46,7 +46,11 @@ async fn every_route_demands_valid_credentials() {
     let s = Server::start().await;
     let anonymous = reqwest::Client::new();
     let routes = lancet::http::route_table();
-    assert!(routes.len() > 40, "route table looks short: {}", routes.len());
+    assert!(
+        routes.len() > 40,
+        "route table looks short: {}",
+        routes.len()
+    );
     let bad: [(&str, &[(&str, &str)]); 5] = [
         ("none", &[]),
         ("garbled bearer", &[("authorization", "Bearer not-a-key")]),
@@ -58,8 +62,13 @@ async fn every_route_demands_valid_credentials() {
         let method = Method::from_bytes(route.method.as_bytes()).unwrap();
         let url = s.url(&concrete(route.path, "t"));
         for (what, headers) in bad {
-            let (status, body, h) = call(&anonymous, method.clone(), url.clone(), headers, json!({})).await;
-            assert_eq!(status, 401, "{what} on {} {}: {body}", route.method, route.path);
+            let (status, body, h) =
+                call(&anonymous, method.clone(), url.clone(), headers, json!({})).await;
+            assert_eq!(
+                status, 401,
+                "{what} on {} {}: {body}",
+                route.method, route.path
+            );
             assert_error(status, &body, 401, UNAUTHENTICATED);
             assert_eq!(body["type"], "/errors/unauthorized-request");
             assert_eq!(h.get("www-authenticate").unwrap(), "Bearer");
@@ -80,8 +89,19 @@ async fn every_route_demands_valid_credentials() {
     // The admin key passes authentication everywhere (what follows is 2xx, 400 or 404).
     for route in &routes {
         let method = Method::from_bytes(route.method.as_bytes()).unwrap();
-        let (status, body, _) = call(&s.client, method, s.url(&concrete(route.path, "t")), &[], json!({})).await;
-        assert!(status != 401 && status != 403, "admin on {}: {status} {body}", route.path);
+        let (status, body, _) = call(
+            &s.client,
+            method,
+            s.url(&concrete(route.path, "t")),
+            &[],
+            json!({}),
+        )
+        .await;
+        assert!(
+            status != 401 && status != 403,
+            "admin on {}: {status} {body}",
+            route.path
+        );
     }
     // Outside /v1 nothing is needed.
     let r = anonymous.get(s.url("/healthz")).send().await.unwrap();
@@ -106,7 +126,11 @@ async fn roles_are_enforced_on_every_route() {
                 assert_error(status, &body, 403, PERMISSION_DENIED);
                 assert_eq!(body["type"], "/errors/forbidden-request");
             } else {
-                assert!(status != 401 && status != 403, "{role} on {}: {status} {body}", route.path);
+                assert!(
+                    status != 401 && status != 403,
+                    "{role} on {}: {status} {body}",
+                    route.path
+                );
             }
         }
     }
@@ -137,7 +161,10 @@ async fn tenants_cannot_see_or_touch_each_other() {
         async move { call(&c, Method::POST, url, &[], body).await }
     };
     // Alpha makes a namespace and a table.
-    assert_eq!(post(&a, "/v1/namespace/secret/create", json!({})).await.0, 200);
+    assert_eq!(
+        post(&a, "/v1/namespace/secret/create", json!({})).await.0,
+        200
+    );
     let r = a
         .post(s.url("/v1/table/secret$orders/create"))
         .header("content-type", "application/vnd.apache.arrow.stream")
@@ -149,13 +176,34 @@ async fn tenants_cannot_see_or_touch_each_other() {
 
     // Beta's probes answer exactly as for things that do not exist.
     let probes = [
-        ("/v1/table/secret$orders/describe", "/v1/table/secret$nothing/describe"),
-        ("/v1/table/secret$orders/exists", "/v1/table/secret$nothing/exists"),
-        ("/v1/table/secret$orders/count_rows", "/v1/table/secret$nothing/count_rows"),
-        ("/v1/table/secret$orders/delete", "/v1/table/secret$nothing/delete"),
-        ("/v1/table/secret$orders/drop", "/v1/table/secret$nothing/drop"),
-        ("/v1/namespace/secret/exists", "/v1/namespace/nothing/exists"),
-        ("/v1/namespace/secret/describe", "/v1/namespace/nothing/describe"),
+        (
+            "/v1/table/secret$orders/describe",
+            "/v1/table/secret$nothing/describe",
+        ),
+        (
+            "/v1/table/secret$orders/exists",
+            "/v1/table/secret$nothing/exists",
+        ),
+        (
+            "/v1/table/secret$orders/count_rows",
+            "/v1/table/secret$nothing/count_rows",
+        ),
+        (
+            "/v1/table/secret$orders/delete",
+            "/v1/table/secret$nothing/delete",
+        ),
+        (
+            "/v1/table/secret$orders/drop",
+            "/v1/table/secret$nothing/drop",
+        ),
+        (
+            "/v1/namespace/secret/exists",
+            "/v1/namespace/nothing/exists",
+        ),
+        (
+            "/v1/namespace/secret/describe",
+            "/v1/namespace/nothing/describe",
+        ),
         ("/v1/namespace/secret/drop", "/v1/namespace/nothing/drop"),
     ];
     for (real, missing) in probes {
@@ -163,7 +211,11 @@ async fn tenants_cannot_see_or_touch_each_other() {
         let (s1, b1, _) = post(&b, real, body.clone()).await;
         let (s2, b2, _) = post(&b, missing, body).await;
         assert_eq!(s1, 404, "{real}: {b1}");
-        assert_eq!((s1, &b1["type"], &b1["code"]), (s2, &b2["type"], &b2["code"]), "{real}");
+        assert_eq!(
+            (s1, &b1["type"], &b1["code"]),
+            (s2, &b2["type"], &b2["code"]),
+            "{real}"
+        );
         let scrub = |v: &Value| {
             v["detail"]
                 .as_str()
@@ -180,7 +232,10 @@ async fn tenants_cannot_see_or_touch_each_other() {
     let (_, tables, _) = call(&b, Method::GET, s.url("/v1/tables"), &[], json!({})).await;
     assert_eq!(tables["tables"], json!([]));
     // Beta's writes go to its own catalog; alpha's table is unchanged.
-    assert_eq!(post(&b, "/v1/namespace/secret/create", json!({})).await.0, 200);
+    assert_eq!(
+        post(&b, "/v1/namespace/secret/create", json!({})).await.0,
+        200
+    );
     let r = b
         .post(s.url("/v1/table/secret$orders/create"))
         .header("content-type", "application/vnd.apache.arrow.stream")
@@ -189,7 +244,12 @@ async fn tenants_cannot_see_or_touch_each_other() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    let (_, n, _) = post(&b, "/v1/table/secret$orders/delete", json!({"predicate": "id >= 0"})).await;
+    let (_, n, _) = post(
+        &b,
+        "/v1/table/secret$orders/delete",
+        json!({"predicate": "id >= 0"}),
+    )
+    .await;
     assert_eq!(n["version"], 2, "{n}");
     let (_, count_a, _) = post(&a, "/v1/table/secret$orders/count_rows", json!({})).await;
     assert_eq!(count_a, json!(7));
@@ -198,7 +258,8 @@ async fn tenants_cannot_see_or_touch_each_other() {
     // Registering alpha's table directory from beta is refused: locations stay inside a tenant.
     let location = describe_a["location"].as_str().unwrap().to_string();
     for loc in [location.clone(), "../alpha/secret".into(), "/etc".into()] {
-        let (status, body, _) = post(&b, "/v1/table/stolen/register", json!({"location": loc})).await;
+        let (status, body, _) =
+            post(&b, "/v1/table/stolen/register", json!({"location": loc})).await;
         assert_error(status, &body, 400, 13);
     }
     let (_, count_a, _) = post(&a, "/v1/table/secret$orders/count_rows", json!({})).await;
@@ -220,10 +281,23 @@ async fn context_headers_cannot_change_identity_or_database() {
             "header.x-lancedb-database": "elsewhere",
         }
     });
-    let (status, body, _) = call(&read, Method::POST, s.url("/v1/table/t/delete"), &[], injected.clone()).await;
+    let (status, body, _) = call(
+        &read,
+        Method::POST,
+        s.url("/v1/table/t/delete"),
+        &[],
+        injected.clone(),
+    )
+    .await;
     assert_error(status, &body, 403, PERMISSION_DENIED);
-    let (status, body, _) =
-        call(&reqwest::Client::new(), Method::POST, s.url("/v1/table/t/delete"), &[], injected).await;
+    let (status, body, _) = call(
+        &reqwest::Client::new(),
+        Method::POST,
+        s.url("/v1/table/t/delete"),
+        &[],
+        injected,
+    )
+    .await;
     assert_error(status, &body, 401, UNAUTHENTICATED);
     assert_eq!(s.count("t", json!({})).await, 3);
     // The database was not switched: the root-level table is still what count_rows sees.
@@ -254,36 +328,93 @@ async fn database_selects_a_namespace_and_scopes_bind() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
-    let (status, list, _) = call(&s.client, Method::GET, s.url("/v1/tables"), &sales, json!({})).await;
-    assert_eq!((status, &list["tables"]), (200, &json!(["orders"])), "{list}");
+    let (status, list, _) = call(
+        &s.client,
+        Method::GET,
+        s.url("/v1/tables"),
+        &sales,
+        json!({}),
+    )
+    .await;
+    assert_eq!(
+        (status, &list["tables"]),
+        (200, &json!(["orders"])),
+        "{list}"
+    );
     // A namespace client without the header sees it inside namespace "sales".
     assert_eq!(s.count("sales$orders", json!({})).await, 4);
     let (_, root, _) = call(&s.client, Method::GET, s.url("/v1/tables"), &[], json!({})).await;
     assert_eq!(root["tables"], json!([]));
     // The lancedb header and the host name select it too.
-    let (_, list, _) = call(&s.client, Method::GET, s.url("/v1/table"), &[("x-lancedb-database", "sales")], json!({})).await;
+    let (_, list, _) = call(
+        &s.client,
+        Method::GET,
+        s.url("/v1/table"),
+        &[("x-lancedb-database", "sales")],
+        json!({}),
+    )
+    .await;
     assert_eq!(list["tables"], json!(["orders"]));
-    let (_, list, _) = call(&s.client, Method::GET, s.url("/v1/tables"), &[("host", "sales.lancet.test")], json!({})).await;
+    let (_, list, _) = call(
+        &s.client,
+        Method::GET,
+        s.url("/v1/tables"),
+        &[("host", "sales.lancet.test")],
+        json!({}),
+    )
+    .await;
     assert_eq!(list["tables"], json!(["orders"]));
-    let (_, n, _) = call(&s.client, Method::POST, s.url("/v1/table/orders/count_rows"), &sales, json!({})).await;
+    let (_, n, _) = call(
+        &s.client,
+        Method::POST,
+        s.url("/v1/table/orders/count_rows"),
+        &sales,
+        json!({}),
+    )
+    .await;
     assert_eq!(n, json!(4));
 
     // A key scoped to namespace "sales": fine there, 403 for any other database or the root.
     let scoped = client_with_key(&s.new_key("default", "write", &["sales"]).await);
-    let (status, n, _) = call(&scoped, Method::POST, s.url("/v1/table/orders/count_rows"), &sales, json!({})).await;
+    let (status, n, _) = call(
+        &scoped,
+        Method::POST,
+        s.url("/v1/table/orders/count_rows"),
+        &sales,
+        json!({}),
+    )
+    .await;
     assert_eq!((status, n), (200, json!(4)));
-    let (status, n, _) = call(&scoped, Method::POST, s.url("/v1/table/sales$orders/count_rows"), &[], json!({})).await;
+    let (status, n, _) = call(
+        &scoped,
+        Method::POST,
+        s.url("/v1/table/sales$orders/count_rows"),
+        &[],
+        json!({}),
+    )
+    .await;
     assert_eq!((status, n), (200, json!(4)));
     for (headers, path) in [
         (&[("x-service-database", "marketing")][..], "/v1/tables"),
         (&[][..], "/v1/tables"),
         (&[][..], "/v1/namespace/$/list"),
     ] {
-        let method = if path.contains("namespace") { Method::POST } else { Method::GET };
+        let method = if path.contains("namespace") {
+            Method::POST
+        } else {
+            Method::GET
+        };
         let (status, body, _) = call(&scoped, method, s.url(path), headers, json!({})).await;
         assert_error(status, &body, 403, PERMISSION_DENIED);
     }
-    let (status, body, _) = call(&s.client, Method::GET, s.url("/v1/tables"), &[("x-service-database", "a/b")], json!({})).await;
+    let (status, body, _) = call(
+        &s.client,
+        Method::GET,
+        s.url("/v1/tables"),
+        &[("x-service-database", "a/b")],
+        json!({}),
+    )
+    .await;
     assert_error(status, &body, 400, 13);
 }
 
@@ -318,7 +449,14 @@ async fn failed_logins_are_answered_fast_and_others_keep_working() {
         .collect();
     let mut served = 0;
     for _ in 0..20 {
-        let (status, n, _) = call(&b, Method::POST, s.url("/v1/table/t/count_rows"), &[], json!({})).await;
+        let (status, n, _) = call(
+            &b,
+            Method::POST,
+            s.url("/v1/table/t/count_rows"),
+            &[],
+            json!({}),
+        )
+        .await;
         assert_eq!((status, n), (200, json!(10)));
         served += 1;
     }
@@ -346,7 +484,14 @@ async fn first_start_makes_a_key_and_revoked_keys_stop_working() {
     let stored = std::fs::read_to_string(s.data_dir().join("_auth/auth.toml")).unwrap();
     assert!(!stored.contains(&key), "the key itself must not be stored");
     let c = client_with_key(&key);
-    let (status, _, _) = call(&c, Method::POST, s.url("/v1/namespace/ns/create"), &[], json!({})).await;
+    let (status, _, _) = call(
+        &c,
+        Method::POST,
+        s.url("/v1/namespace/ns/create"),
+        &[],
+        json!({}),
+    )
+    .await;
     assert_eq!(status, 200);
     // The bootstrap key is not accepted by this server.
     let (status, _, _) = call(&s.client, Method::GET, s.url("/v1/tables"), &[], json!({})).await;
@@ -380,7 +525,14 @@ async fn first_start_makes_a_key_and_revoked_keys_stop_working() {
         assert!(Instant::now() < deadline, "revoked key still accepted");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let (status, _, _) = call(&client_with_key(&key), Method::GET, s.url("/v1/tables"), &[], json!({})).await;
+    let (status, _, _) = call(
+        &client_with_key(&key),
+        Method::GET,
+        s.url("/v1/tables"),
+        &[],
+        json!({}),
+    )
+    .await;
     assert_eq!(status, 200);
 }
 
@@ -416,14 +568,23 @@ mod jwt {
         .unwrap();
         let s = Server::start_with(data, &[]).await;
         let (alg, key) = match algorithm {
-            "HS256" => (Algorithm::HS256, EncodingKey::from_secret(SECRET.as_bytes())),
+            "HS256" => (
+                Algorithm::HS256,
+                EncodingKey::from_secret(SECRET.as_bytes()),
+            ),
             "RS256" => (
                 Algorithm::RS256,
-                EncodingKey::from_rsa_pem(&std::fs::read(format!("{FIXTURES}/rsa_private.pem")).unwrap()).unwrap(),
+                EncodingKey::from_rsa_pem(
+                    &std::fs::read(format!("{FIXTURES}/rsa_private.pem")).unwrap(),
+                )
+                .unwrap(),
             ),
             _ => (
                 Algorithm::ES256,
-                EncodingKey::from_ec_pem(&std::fs::read(format!("{FIXTURES}/ec_private.pem")).unwrap()).unwrap(),
+                EncodingKey::from_ec_pem(
+                    &std::fs::read(format!("{FIXTURES}/ec_private.pem")).unwrap(),
+                )
+                .unwrap(),
             ),
         };
         let sign = move |claims: Value| encode(&Header::new(alg), &claims, &key).unwrap();
@@ -448,7 +609,14 @@ mod jwt {
                 .await
                 .unwrap();
             assert_eq!(r.status(), 200, "{algorithm}: {}", r.text().await.unwrap());
-            let (status, n, _) = call(&writer, Method::POST, s.url("/v1/table/t/count_rows"), &[], json!({})).await;
+            let (status, n, _) = call(
+                &writer,
+                Method::POST,
+                s.url("/v1/table/t/count_rows"),
+                &[],
+                json!({}),
+            )
+            .await;
             assert_eq!((status, n), (200, json!(6)), "{algorithm}");
             // In a body's identity.auth_token too.
             let (status, n, _) = call(
@@ -474,25 +642,65 @@ mod jwt {
             }
             let mut tampered = sign(claims("acme", "read"));
             let mid = tampered.rfind('.').unwrap() - 3;
-            tampered.replace_range(mid..mid + 1, if &tampered[mid..mid + 1] == "A" { "B" } else { "A" });
+            tampered.replace_range(
+                mid..mid + 1,
+                if &tampered[mid..mid + 1] == "A" {
+                    "B"
+                } else {
+                    "A"
+                },
+            );
             refused.push(("tampered", tampered));
             refused.push(("garbled", "eyJhbGciOiJIUzI1NiJ9.e30.xxxx".into()));
             for (what, token) in refused {
-                let (status, body, _) =
-                    call(&client_with_key(&token), Method::POST, s.url("/v1/table/t/count_rows"), &[], json!({})).await;
+                let (status, body, _) = call(
+                    &client_with_key(&token),
+                    Method::POST,
+                    s.url("/v1/table/t/count_rows"),
+                    &[],
+                    json!({}),
+                )
+                .await;
                 assert_error(status, &body, 401, UNAUTHENTICATED);
-                assert!(!body["detail"].as_str().unwrap().contains(&token), "{what}: token echoed");
+                assert!(
+                    !body["detail"].as_str().unwrap().contains(&token),
+                    "{what}: token echoed"
+                );
             }
             // A read token cannot write; another tenant's token cannot see the table.
             let reader = client_with_key(&sign(claims("acme", "read")));
-            let (status, body, _) =
-                call(&reader, Method::POST, s.url("/v1/table/t/delete"), &[], json!({"predicate": "true"})).await;
+            let (status, body, _) = call(
+                &reader,
+                Method::POST,
+                s.url("/v1/table/t/delete"),
+                &[],
+                json!({"predicate": "true"}),
+            )
+            .await;
             assert_error(status, &body, 403, PERMISSION_DENIED);
             let other = client_with_key(&sign(claims("globex", "admin")));
-            let (status, _, _) = call(&other, Method::POST, s.url("/v1/table/t/count_rows"), &[], json!({})).await;
+            let (status, _, _) = call(
+                &other,
+                Method::POST,
+                s.url("/v1/table/t/count_rows"),
+                &[],
+                json!({}),
+            )
+            .await;
             assert_eq!(status, 404);
-            let (_, n, _) = call(&writer, Method::POST, s.url("/v1/table/t/count_rows"), &[], json!({})).await;
-            assert_eq!(n, json!(6), "{algorithm}: refused requests changed the table");
+            let (_, n, _) = call(
+                &writer,
+                Method::POST,
+                s.url("/v1/table/t/count_rows"),
+                &[],
+                json!({}),
+            )
+            .await;
+            assert_eq!(
+                n,
+                json!(6),
+                "{algorithm}: refused requests changed the table"
+            );
         }
     }
 }

@@ -139,22 +139,39 @@ async fn rename_moves_a_table_between_namespaces_and_keeps_its_data() {
     s.ok("/v1/namespace/b/create", json!({})).await;
     s.create_table("a$t", 4).await;
     s.create_table("a$taken", 1).await;
-    s.ok("/v1/table/a$t/rename", json!({"new_table_name": "u"})).await;
+    s.ok("/v1/table/a$t/rename", json!({"new_table_name": "u"}))
+        .await;
     assert_eq!(s.count("a$u", json!({})).await, 4);
     let (status, _) = s.post("/v1/table/a$t/describe", json!({})).await;
     assert_eq!(status, 404);
-    s.ok("/v1/table/a$u/rename", json!({"new_table_name": "v", "new_namespace_id": ["b"]})).await;
+    s.ok(
+        "/v1/table/a$u/rename",
+        json!({"new_table_name": "v", "new_namespace_id": ["b"]}),
+    )
+    .await;
     assert_eq!(s.count("b$v", json!({})).await, 4);
     assert_eq!(s.version("b$v").await, 1);
     // Writes keep working under the new name.
     let (status, v) = s.post_arrow("/v1/table/b$v/insert", &sample(10, 2)).await;
     assert_eq!((status, v["version"].as_u64()), (200, Some(2)));
     // Bad renames change nothing.
-    let (status, body) = s.post("/v1/table/b$v/rename", json!({"new_table_name": "taken", "new_namespace_id": ["a"]})).await;
+    let (status, body) = s
+        .post(
+            "/v1/table/b$v/rename",
+            json!({"new_table_name": "taken", "new_namespace_id": ["a"]}),
+        )
+        .await;
     assert_error(status, &body, 409, 5);
-    let (status, body) = s.post("/v1/table/b$v/rename", json!({"new_table_name": "w", "new_namespace_id": ["nope"]})).await;
+    let (status, body) = s
+        .post(
+            "/v1/table/b$v/rename",
+            json!({"new_table_name": "w", "new_namespace_id": ["nope"]}),
+        )
+        .await;
     assert_eq!(status, 404, "{body}");
-    let (status, body) = s.post("/v1/table/b$missing/rename", json!({"new_table_name": "w"})).await;
+    let (status, body) = s
+        .post("/v1/table/b$missing/rename", json!({"new_table_name": "w"}))
+        .await;
     assert_error(status, &body, 404, 4);
     assert_eq!(s.count("b$v", json!({})).await, 6);
     assert_eq!(s.count("a$taken", json!({})).await, 1);

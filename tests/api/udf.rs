@@ -282,22 +282,41 @@ async fn udf_limits_and_instances_are_per_tenant() {
         assert_eq!(status, 200, "{v}");
         let vc = virtual_column("misbehave", "count_calls", &["id"]);
         let v = h
-            .ok("/v1/table/t/add_columns", json!({"new_columns": [{"name": "calls", "virtual_column": vc}]}))
+            .ok(
+                "/v1/table/t/add_columns",
+                json!({"new_columns": [{"name": "calls", "virtual_column": vc}]}),
+            )
             .await;
         assert_eq!(v["version"], 2);
         let (status, v) = h.post_arrow("/v1/table/t/insert", &sample(2, 3)).await;
         assert_eq!(status, 200, "{v}");
         let rows = h
-            .query("t", json!({"columns": ["id", "calls"], "filter": "id >= 2"}))
+            .query(
+                "t",
+                json!({"columns": ["id", "calls"], "filter": "id >= 2"}),
+            )
             .await;
         let mut pairs: Vec<(i64, i64)> = Vec::new();
         for b in &rows {
-            let id = b.column_by_name("id").unwrap().as_any().downcast_ref::<arrow_array::Int64Array>().unwrap();
-            let c = b.column_by_name("calls").unwrap().as_any().downcast_ref::<arrow_array::Int64Array>().unwrap();
+            let id = b
+                .column_by_name("id")
+                .unwrap()
+                .as_any()
+                .downcast_ref::<arrow_array::Int64Array>()
+                .unwrap();
+            let c = b
+                .column_by_name("calls")
+                .unwrap()
+                .as_any()
+                .downcast_ref::<arrow_array::Int64Array>()
+                .unwrap();
             pairs.extend((0..b.num_rows()).map(|i| (id.value(i), c.value(i))));
         }
         pairs.sort();
-        calls.insert(tenant, pairs.into_iter().map(|(_, c)| c).collect::<Vec<_>>());
+        calls.insert(
+            tenant,
+            pairs.into_iter().map(|(_, c)| c).collect::<Vec<_>>(),
+        );
     }
     // tight: one row per call, on one reused instance (1, 2, 3); roomy: all rows in one call on
     // an instance of its own (tight's calls did not advance it).
@@ -308,7 +327,10 @@ async fn udf_limits_and_instances_are_per_tenant() {
     let h = s.with_key(&s.new_key("tight", "write", &[]).await);
     let vc = virtual_column("misbehave", "spin", &["id"]);
     let (status, v) = h
-        .post("/v1/table/t/add_columns", json!({"new_columns": [{"name": "spun", "virtual_column": vc}]}))
+        .post(
+            "/v1/table/t/add_columns",
+            json!({"new_columns": [{"name": "spun", "virtual_column": vc}]}),
+        )
         .await;
     if status == 200 {
         let started = std::time::Instant::now();

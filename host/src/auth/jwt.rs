@@ -69,12 +69,18 @@ impl Verifier {
             "RS256" => Algorithm::RS256,
             "ES256" => Algorithm::ES256,
             "HS256" => Algorithm::HS256,
-            other => return Err(format!("jwt.algorithm '{other}': use RS256, ES256 or HS256")),
+            other => {
+                return Err(format!(
+                    "jwt.algorithm '{other}': use RS256, ES256 or HS256"
+                ));
+            }
         };
         let pem = || -> Result<Vec<u8>, String> {
             match (&config.public_key_pem, &config.public_key_file) {
                 (Some(pem), _) => Ok(pem.as_bytes().to_vec()),
-                (None, Some(file)) => std::fs::read(file).map_err(|e| format!("jwt.public_key_file {file}: {e}")),
+                (None, Some(file)) => {
+                    std::fs::read(file).map_err(|e| format!("jwt.public_key_file {file}: {e}"))
+                }
                 (None, None) => Err(format!(
                     "jwt: {} needs public_key_pem or public_key_file",
                     config.algorithm
@@ -117,8 +123,12 @@ impl Verifier {
                     ErrorKind::InvalidAudience => "access token has the wrong audience",
                     ErrorKind::InvalidIssuer => "access token has the wrong issuer",
                     ErrorKind::InvalidSignature => "access token signature does not verify",
-                    ErrorKind::InvalidAlgorithm => "access token uses an algorithm not accepted here",
-                    ErrorKind::MissingRequiredClaim(_) => "access token lacks a required claim (exp, iss, aud)",
+                    ErrorKind::InvalidAlgorithm => {
+                        "access token uses an algorithm not accepted here"
+                    }
+                    ErrorKind::MissingRequiredClaim(_) => {
+                        "access token lacks a required claim (exp, iss, aud)"
+                    }
                     _ => "malformed access token",
                 }
                 .to_string(),
@@ -128,7 +138,12 @@ impl Verifier {
         let tenant = claims
             .get(&self.config.tenant_claim)
             .and_then(Value::as_str)
-            .ok_or_else(|| Refused(format!("access token has no '{}' claim", self.config.tenant_claim)))?;
+            .ok_or_else(|| {
+                Refused(format!(
+                    "access token has no '{}' claim",
+                    self.config.tenant_claim
+                ))
+            })?;
         check_tenant_name(tenant).map_err(Refused)?;
         let role = role_of(claims.get(&self.config.role_claim), claims.get("scope"))
             .ok_or_else(|| Refused(format!(
@@ -143,7 +158,11 @@ impl Verifier {
                 .map(|l| l.as_str().map(str::to_string))
                 .collect::<Option<Vec<_>>>()
                 .ok_or_else(|| Refused("access token namespace claim must hold strings".into()))?,
-            Some(_) => return Err(Refused("access token namespace claim must be a string or an array".into())),
+            Some(_) => {
+                return Err(Refused(
+                    "access token namespace claim must be a string or an array".into(),
+                ));
+            }
         };
         let subject = claims.get("sub").and_then(Value::as_str).unwrap_or("?");
         Ok(Grant {
@@ -206,8 +225,10 @@ mod tests {
 
     #[test]
     fn valid_token_grants_its_claims() {
-        let t = token(json!({"iss": "https://issuer.test", "aud": "lancet", "exp": now() + 60,
-            "tenant": "acme", "scope": "openid lancet:read lancet:write", "namespace": ["a", "b"], "sub": "u1"}));
+        let t = token(
+            json!({"iss": "https://issuer.test", "aud": "lancet", "exp": now() + 60,
+            "tenant": "acme", "scope": "openid lancet:read lancet:write", "namespace": ["a", "b"], "sub": "u1"}),
+        );
         assert!(looks_like_jwt(&t));
         let g = verifier().verify(&t).unwrap();
         assert_eq!(g.tenant, "acme");
@@ -241,7 +262,9 @@ mod tests {
         forged.pop();
         forged.push('x');
         assert!(v.verify(&forged).is_err());
-        let no_exp = token(json!({"iss": "https://issuer.test", "aud": "lancet", "tenant": "acme", "role": "read"}));
+        let no_exp = token(
+            json!({"iss": "https://issuer.test", "aud": "lancet", "tenant": "acme", "role": "read"}),
+        );
         assert!(v.verify(&no_exp).unwrap_err().0.contains("required claim"));
     }
 

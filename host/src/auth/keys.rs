@@ -281,9 +281,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("auth.toml");
         let mut file = AuthFile::default();
-        let (key, _) = file
-            .create_key("default", Role::Read, vec![], "")
-            .unwrap();
+        let (key, _) = file.create_key("default", Role::Read, vec![], "").unwrap();
         file.save(&path).unwrap();
         let ring = KeyRing::open(Some(path.clone()), None).unwrap();
         std::fs::write(&path, "keys = [[[").unwrap();

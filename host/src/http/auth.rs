@@ -40,7 +40,12 @@ impl Caller {
     /// A client's id as a catalog id: under the database namespace, and inside the
     /// credential's subtree (else 403).
     pub fn resolve(&self, id: &[String]) -> ApiResult<Vec<String>> {
-        let full: Vec<String> = self.database.iter().cloned().chain(id.iter().cloned()).collect();
+        let full: Vec<String> = self
+            .database
+            .iter()
+            .cloned()
+            .chain(id.iter().cloned())
+            .collect();
         if !self.grant.covers(&full) {
             return Err(forbidden(format!(
                 "this credential covers namespace '{}' only",
@@ -199,19 +204,17 @@ fn database(headers: &HeaderMap, host_domain: Option<&str>) -> ApiResult<Option<
     };
     match db {
         Some(db) if db.is_empty() => Ok(None),
-        Some(db) if db.contains(['$', '/', '\\']) || db == "." || db == ".." => Err(
-            ApiError::invalid(format!("database name '{db}' is not a valid namespace name")),
-        ),
+        Some(db) if db.contains(['$', '/', '\\']) || db == "." || db == ".." => {
+            Err(ApiError::invalid(format!(
+                "database name '{db}' is not a valid namespace name"
+            )))
+        }
         other => Ok(other),
     }
 }
 
 /// Route guard: the caller's role must be at least `needed`.
-pub async fn require(
-    State(needed): State<Role>,
-    request: Request,
-    next: Next,
-) -> Response {
+pub async fn require(State(needed): State<Role>, request: Request, next: Next) -> Response {
     let Some(caller) = request.extensions().get::<Caller>() else {
         return unauthorized("no credentials").into_response();
     };
@@ -240,7 +243,10 @@ mod tests {
 
     #[test]
     fn database_from_headers_then_host() {
-        let h = headers(&[("x-service-database", "sales"), ("x-lancedb-database", "other")]);
+        let h = headers(&[
+            ("x-service-database", "sales"),
+            ("x-lancedb-database", "other"),
+        ]);
         assert_eq!(database(&h, None).unwrap().as_deref(), Some("sales"));
         let h = headers(&[("x-lancedb-database", "mydb")]);
         assert_eq!(database(&h, None).unwrap().as_deref(), Some("mydb"));

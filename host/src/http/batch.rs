@@ -120,7 +120,8 @@ async fn precheck(caller: &Caller, op: &Op) -> ApiResult<()> {
                     "create_table_version needs a version >= 0 and a manifest_path",
                 ));
             }
-            caller.catalog
+            caller
+                .catalog
                 .locate(r.id.as_deref().unwrap_or_default())
                 .await
                 .map(|_| ())
@@ -136,7 +137,8 @@ async fn precheck(caller: &Caller, op: &Op) -> ApiResult<()> {
                     "delete_table_versions ranges are [start_version, end_version) with 0 <= start_version <= end_version, or end_version < 0 for through-latest",
                 ));
             }
-            caller.catalog
+            caller
+                .catalog
                 .locate(r.id.as_deref().unwrap_or_default())
                 .await
                 .map(|_| ())
@@ -245,10 +247,7 @@ async fn roll_back(caller: &Caller, undo: Vec<Undo>) {
     }
 }
 
-pub async fn commit(
-    caller: Caller,
-    JsonBody(body): JsonBody<BatchBody>,
-) -> ApiResult<Response> {
+pub async fn commit(caller: Caller, JsonBody(body): JsonBody<BatchBody>) -> ApiResult<Response> {
     if body.operations.is_empty() {
         return Err(ApiError::invalid("operations must not be empty"));
     }

@@ -24,10 +24,10 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
+use axum::handler::Handler;
 use axum::http::{HeaderName, HeaderValue};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::handler::Handler;
 use axum::routing::{MethodRouter, get, post};
 use serde_json::Value;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -68,14 +68,27 @@ impl Routes {
     ) -> Self {
         let guarded = handler.route_layer(middleware::from_fn_with_state(role, auth::require));
         self.router = self.router.route(path, guarded);
-        self.table
-            .extend(methods.iter().map(|&method| RouteInfo { method, path, role }));
+        self.table.extend(
+            methods
+                .iter()
+                .map(|&method| RouteInfo { method, path, role }),
+        );
         self
     }
-    fn post<H: Handler<T, AppState>, T: 'static>(self, path: &'static str, role: Role, h: H) -> Self {
+    fn post<H: Handler<T, AppState>, T: 'static>(
+        self,
+        path: &'static str,
+        role: Role,
+        h: H,
+    ) -> Self {
         self.add(&["POST"], path, role, post(h))
     }
-    fn get<H: Handler<T, AppState>, T: 'static>(self, path: &'static str, role: Role, h: H) -> Self {
+    fn get<H: Handler<T, AppState>, T: 'static>(
+        self,
+        path: &'static str,
+        role: Role,
+        h: H,
+    ) -> Self {
         self.add(&["GET"], path, role, get(h))
     }
     fn get_post<H: Handler<T, AppState> + Clone, T: 'static>(
@@ -100,7 +113,11 @@ fn build() -> Routes {
     .post("/v1/namespace/{id}/describe", Read, namespaces::describe)
     .post("/v1/namespace/{id}/drop", Admin, namespaces::drop)
     .post("/v1/namespace/{id}/exists", Read, namespaces::exists)
-    .get_post("/v1/namespace/{id}/table/list", Read, namespaces::list_tables)
+    .get_post(
+        "/v1/namespace/{id}/table/list",
+        Read,
+        namespaces::list_tables,
+    )
     // Tables: catalog
     .get("/v1/table", Read, tables::list_all)
     .post("/v1/table/{id}/create", Write, tables::create)
@@ -127,10 +144,22 @@ fn build() -> Routes {
     .post("/v1/table/{id}/analyze_plan", Read, query::analyze_plan)
     // Tables: indexes
     .post("/v1/table/{id}/create_index", Write, indexes::create)
-    .post("/v1/table/{id}/create_scalar_index", Write, indexes::create_scalar)
+    .post(
+        "/v1/table/{id}/create_scalar_index",
+        Write,
+        indexes::create_scalar,
+    )
     .post("/v1/table/{id}/index/list", Read, indexes::list)
-    .post("/v1/table/{id}/index/{index_name}/stats", Read, indexes::stats)
-    .post("/v1/table/{id}/index/{index_name}/drop", Write, indexes::drop)
+    .post(
+        "/v1/table/{id}/index/{index_name}/stats",
+        Read,
+        indexes::stats,
+    )
+    .post(
+        "/v1/table/{id}/index/{index_name}/drop",
+        Write,
+        indexes::drop,
+    )
     // Tables: schema
     .post("/v1/table/{id}/add_columns", Write, columns::add)
     .post("/v1/table/{id}/alter_columns", Write, columns::alter)

@@ -13,15 +13,11 @@ use super::{AppState, answer, reply, respond};
 use crate::catalog::Catalog;
 use crate::error::{ApiError, ApiResult};
 
-pub async fn create(
-    Model(target, request): Model<CreateNamespaceRequest>,
-) -> ApiResult<Response> {
+pub async fn create(Model(target, request): Model<CreateNamespaceRequest>) -> ApiResult<Response> {
     answer(target.catalog.ns().create_namespace(request).await)
 }
 
-pub async fn list(
-    Model(target, mut request): Model<ListNamespacesRequest>,
-) -> ApiResult<Response> {
+pub async fn list(Model(target, mut request): Model<ListNamespacesRequest>) -> ApiResult<Response> {
     let (limit, token) = page(
         &target.params,
         request.limit.map(i64::from),
@@ -38,10 +34,9 @@ pub async fn describe(
     answer(target.catalog.ns().describe_namespace(request).await)
 }
 
-pub async fn exists(
-    Model(target, request): Model<NamespaceExistsRequest>,
-) -> ApiResult<Response> {
-    target.catalog
+pub async fn exists(Model(target, request): Model<NamespaceExistsRequest>) -> ApiResult<Response> {
+    target
+        .catalog
         .ns()
         .namespace_exists(request)
         .await

@@ -76,9 +76,7 @@ fn json_param(
     }
 }
 
-pub async fn declare(
-    Model(target, request): Model<DeclareTableRequest>,
-) -> ApiResult<Response> {
+pub async fn declare(Model(target, request): Model<DeclareTableRequest>) -> ApiResult<Response> {
     let _guard = target.catalog.commit_lock.lock().await;
     let response = target.catalog.ns().declare_table(request).await;
     target.catalog.invalidate(&target.id);
@@ -158,10 +156,7 @@ pub async fn describe(
     Ok(reply(out))
 }
 
-pub async fn exists(
-    target: Target,
-    JsonBody(body): JsonBody<Common>,
-) -> ApiResult<Response> {
+pub async fn exists(target: Target, JsonBody(body): JsonBody<Common>) -> ApiResult<Response> {
     target.check_body_id(&body.id)?;
     target.catalog.locate(&target.id).await?;
     Ok(reply(json!({})))
@@ -213,9 +208,7 @@ pub async fn register(
     answer(response)
 }
 
-pub async fn rename(
-    Model(target, request): Model<RenameTableRequest>,
-) -> ApiResult<Response> {
+pub async fn rename(Model(target, request): Model<RenameTableRequest>) -> ApiResult<Response> {
     let namespace = match &request.new_namespace_id {
         Some(ns) => target.caller.resolve(ns)?,
         // Without a namespace the table stays in its own.
@@ -233,12 +226,11 @@ pub async fn rename(
     respond(RenameTableResponse::default())
 }
 
-pub async fn stats(
-    Model(target, mut request): Model<GetTableStatsRequest>,
-) -> ApiResult<Response> {
+pub async fn stats(Model(target, mut request): Model<GetTableStatsRequest>) -> ApiResult<Response> {
     request.branch = target.branch(&request.branch);
     answer(
-        target.catalog
+        target
+            .catalog
             .ns()
             .get_table_stats(request)
             .await
