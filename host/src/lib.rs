@@ -2,13 +2,15 @@
 //! sandboxed WebAssembly UDFs.
 //!
 //! Layers: `http` (routing, extractors, errors) -> `catalog` (DirectoryNamespace) and `store`
-//! (lance datasets) -> `virtual_columns` (UDF definitions, computed with `lancet-udf`).
+//! (lance datasets) -> `virtual_columns` (UDF definitions, computed with `lancet-udf`); `jobs`
+//! (background backfills) drives `store` and `virtual_columns`.
 
 pub mod catalog;
 pub mod config;
 pub mod error;
 pub mod field_path;
 pub mod http;
+pub mod jobs;
 pub mod json_types;
 pub mod server;
 pub mod store;
@@ -23,6 +25,7 @@ pub struct App {
     pub catalog: Catalog,
     pub store: Store,
     pub virtual_columns: VirtualColumns,
+    pub jobs: jobs::JobManager,
 }
 
 impl App {

@@ -13,6 +13,8 @@ pub mod errors;
 mod extract;
 pub use extract::Target;
 mod indexes;
+mod jobs;
+pub use jobs::tenant_of;
 mod namespaces;
 mod query;
 mod query_body;
@@ -107,6 +109,14 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/table/{id}/branches/create", post(branches::create))
         .route("/v1/table/{id}/branches/list", post(branches::list))
         .route("/v1/table/{id}/branches/delete", post(branches::delete))
+        // Jobs
+        .route(
+            "/v1/table/{id}/backfill_column",
+            post(jobs::backfill_column),
+        )
+        .route("/v1/jobs/describe", post(jobs::describe))
+        .route("/v1/jobs/list", get(jobs::list).post(jobs::list))
+        .route("/v1/jobs/cancel", post(jobs::cancel))
 }
 
 /// The full service: routes plus the cross-cutting layers (error rendering, panics, body
