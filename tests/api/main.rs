@@ -7,6 +7,7 @@ mod data;
 mod errors;
 mod history;
 mod indexes;
+mod jobs;
 mod namespaces;
 mod protocol;
 mod query;
