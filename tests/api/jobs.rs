@@ -122,6 +122,24 @@ async fn backfill_fills_null_rows_commits_per_group_and_reports_progress() {
     let want: Vec<(i64, Option<String>)> = (0..300).map(|i| (i, Some(format!("row-{i}")))).collect();
     assert_eq!(got, want);
 
+    // The CLI draws the finished job's bar and exits 0.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lancet"))
+        .args(["jobs", "watch", &job, "--url", &s.base, "--interval", "0.05"])
+        .output()
+        .unwrap();
+    let bar = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{bar}");
+    assert!(
+        bar.contains(&format!("[{}] 100% rows 300/300 fragments 3/3 commits 3 DONE", "#".repeat(30))),
+        "{bar}"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lancet"))
+        .args(["jobs", "watch", "job-nope", "--url", &s.base])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("job not found"));
+
     // Nothing left to do: a second run selects no rows and commits nothing.
     let job = s.backfill("b", json!({"column": "slug"})).await;
     let d = s.wait_job(&job).await;
