@@ -176,6 +176,23 @@ async fn where_selects_rows_and_unselected_rows_keep_their_values() {
     let s = Server::start().await;
     table_with_fragments(&s, "w", 2, 50).await;
     add_virtual(&s, "w", "dbl", slow("1")).await;
+    // On a branch: main is not touched.
+    s.ok("/v1/table/w/branches/create", json!({"name": "dev"})).await;
+    let main_version = s.version("w").await;
+    let job = s
+        .backfill("w", json!({"column": "dbl", "branch": "dev", "intra_applier_concurrency": 3, "checkpoint_size": 4}))
+        .await;
+    let d = s.wait_job(&job).await;
+    assert_eq!(d["job_state"], "DONE", "{d}");
+    assert_eq!(d["result"]["rows_written"], 100);
+    assert_eq!(d["spec"]["branch"], "dev");
+    assert_eq!(s.version("w").await, main_version);
+    let rows = s
+        .query("w", json!({"columns": ["id", "dbl"], "branch": "dev", "limit": 1000}))
+        .await;
+    assert!(int_pairs(&rows, "dbl").iter().all(|(id, v)| *v == Some(2 * id)));
+    assert!(doubled(&s, "w").await.iter().all(|(_, v)| v.is_none()));
+
     // Only ids < 30; every other row keeps its (null) value.
     let job = s.backfill("w", json!({"column": "dbl", "where": "id < 30"})).await;
     let d = s.wait_job(&job).await;

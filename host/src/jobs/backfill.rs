@@ -83,7 +83,11 @@ pub(super) async fn run(app: Arc<App>, job: Arc<Job>) {
     let outcome = if job.cancelled() {
         Err(Stop::Cancelled)
     } else {
-        drive(&app, &job).await
+        // A panic in the runner must still end the job (FAILED), not leave it running forever.
+        let (a, j) = (app.clone(), job.clone());
+        tokio::spawn(async move { drive(&a, &j).await })
+            .await
+            .unwrap_or_else(|e| Err(failed("run", format!("the job crashed: {e}"))))
     };
     let job_id = job.snapshot().job_id;
     let saved = job.update(|r| {

@@ -307,7 +307,7 @@ mod tests {
         };
         let all = vec![c(0, 10), c(10, 20), c(30, 40)];
         assert_eq!(covered(&all, 1, 0, 100).1, 20);
-        assert_eq!(covered(&all, 1, 0, 15).1, 0, "a checkpoint past the task end is not used");
+        assert_eq!(covered(&all, 1, 0, 15).1, 10, "a checkpoint past the task end is not used");
         assert_eq!(covered(&all, 1, 30, 40).1, 40);
         assert_eq!(covered(&all, 2, 0, 100).1, 0);
     }

@@ -360,3 +360,109 @@ impl BackfillSource {
             .map_err(|_| ApiError::column_not_found(format!("no column '{}'", self.target)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{ArrayRef, Int64Array};
+    use arrow_schema::{DataType, Field};
+    use lance::dataset::WriteMode;
+
+    async fn table(dir: &std::path::Path) -> (Store, String) {
+        let store = Store::new(Arc::new(lance::session::Session::default()));
+        let location = dir.join("t.lance").to_string_lossy().to_string();
+        let schema = Arc::new(ArrowSchema::new(vec![Field::new("x", DataType::Int64, false)]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(Int64Array::from((0..10).collect::<Vec<i64>>())) as ArrayRef],
+        )
+        .unwrap();
+        store
+            .create_at(&location, vec![batch], schema, WriteMode::Create)
+            .await
+            .unwrap();
+        store
+            .add_null_columns(&location, None, vec![Field::new("y", DataType::Int64, true)])
+            .await
+            .unwrap();
+        (store, location)
+    }
+
+    async fn stage(source: &BackfillSource) -> StagedFile {
+        let read: Vec<SourceBatch> = source
+            .read(0, 0..10, 4)
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        let mut values = Vec::new();
+        for sb in &read {
+            let x = sb.batch.column_by_name("x").unwrap();
+            let x = x.as_any().downcast_ref::<Int64Array>().unwrap();
+            values.extend((0..x.len()).map(|i| sb.selected[i].then(|| x.value(i) * 10)));
+        }
+        let field = source.target_field().unwrap();
+        let batch = RecordBatch::try_new(
+            Arc::new(ArrowSchema::new(vec![field])),
+            vec![Arc::new(Int64Array::from(values)) as ArrayRef],
+        )
+        .unwrap();
+        source
+            .write_column(0, futures::stream::iter([Ok(batch)]))
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn staged_files_commit_once_and_are_recognised_after_the_fact() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (store, location) = table(tmp.path()).await;
+        let at = At::new(None, None).unwrap();
+        let source = store
+            .backfill_source(&location, &at, "y", &["x".to_string()], "x >= 5")
+            .await
+            .unwrap();
+        assert_eq!(source.count_selected(0).await.unwrap(), 5);
+        let file = stage(&source).await;
+        assert_eq!(store.committed_file(&location, None, &file).await.unwrap(), None);
+        let version = store
+            .commit_column_files(&location, None, &source, std::slice::from_ref(&file))
+            .await
+            .unwrap();
+        assert_eq!(version, source.version() + 1);
+        // After a crash the job finds its commit by the file's path...
+        assert_eq!(
+            store.committed_file(&location, None, &file).await.unwrap(),
+            Some(version)
+        );
+        // ...and committing the same replacement again is refused as a conflict.
+        let again = store
+            .commit_column_files(&location, None, &source, std::slice::from_ref(&file))
+            .await
+            .unwrap_err();
+        assert_eq!(again.status.as_u16(), 409, "{again}");
+        let ds = store.latest(&location, None).await.unwrap();
+        assert_eq!(ds.version().version, version);
+        let batch = ds.scan().try_into_batch().await.unwrap();
+        let y = batch.column_by_name("y").unwrap();
+        let y = y.as_any().downcast_ref::<Int64Array>().unwrap();
+        let got: Vec<Option<i64>> = (0..10).map(|i| y.is_valid(i).then(|| y.value(i))).collect();
+        let want: Vec<Option<i64>> = (0..10).map(|i| (i >= 5).then_some(i * 10)).collect();
+        assert_eq!(got, want);
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn bad_filters_are_invalid_input() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (store, location) = table(tmp.path()).await;
+        let at = At::new(None, None).unwrap();
+        for bad in ["x >>> 1", "nosuch = 1", "x +"] {
+            let e = store
+                .backfill_source(&location, &at, "y", &["x".to_string()], bad)
+                .await
+                .unwrap_err();
+            assert_eq!(e.status.as_u16(), 400, "{bad}: {e}");
+        }
+    }
+}
