@@ -47,8 +47,8 @@ fn plugins_dir() -> PathBuf {
 /// Deterministic pseudo-random inputs: two numbers and a short sentence per row.
 fn data(n: usize) -> Vec<RecordBatch> {
     const WORDS: [&str; 12] = [
-        "lance", "table", "vector", "column", "query", "index", "fragment", "version",
-        "backfill", "wasm", "arrow", "search",
+        "lance", "table", "vector", "column", "query", "index", "fragment", "version", "backfill",
+        "wasm", "arrow", "search",
     ];
     let schema = Arc::new(Schema::new(vec![
         Field::new("a", DataType::Float64, false),
@@ -71,7 +71,13 @@ fn data(n: usize) -> Vec<RecordBatch> {
         let text: Vec<String> = (0..len)
             .map(|i| {
                 let w = |k: u64| WORDS[(k % WORDS.len() as u64) as usize];
-                format!("{} {} {} row {}", w(next()), w(next()), w(next()), start + i)
+                format!(
+                    "{} {} {} row {}",
+                    w(next()),
+                    w(next()),
+                    w(next()),
+                    start + i
+                )
             })
             .collect();
         out.push(
@@ -122,14 +128,16 @@ fn peak_rss_kb() -> u64 {
 /// Child: lance's add_columns with the native function.
 async fn run_floor(dir: &Path, udf: &str, batch: usize) -> Duration {
     let mut ds = Dataset::open(dir.to_str().unwrap()).await.unwrap();
-    let native: fn(&RecordBatch) -> Result<arrow_array::ArrayRef, lancet_sdk::UdfError> = match udf {
+    let native: fn(&RecordBatch) -> Result<arrow_array::ArrayRef, lancet_sdk::UdfError> = match udf
+    {
         "score" => score::score,
         _ => embed::embed,
     };
     let out_schema = Arc::new(Schema::new(vec![Field::new("out", output_type(udf), true)]));
     let schema = out_schema.clone();
     let mapper = move |b: &RecordBatch| -> lance_core::Result<RecordBatch> {
-        let array = native(b).map_err(|e| lance_core::Error::invalid_input(e.message().to_string()))?;
+        let array =
+            native(b).map_err(|e| lance_core::Error::invalid_input(e.message().to_string()))?;
         Ok(RecordBatch::try_new(schema.clone(), vec![array])?)
     };
     let started = Instant::now();
@@ -239,7 +247,12 @@ fn main() {
         .build()
         .unwrap();
     if args.get(1).map(String::as_str) == Some("child") {
-        let (mode, udf, setting, dir) = (&args[2], &args[3], args[4].parse().unwrap(), Path::new(&args[5]));
+        let (mode, udf, setting, dir) = (
+            &args[2],
+            &args[3],
+            args[4].parse().unwrap(),
+            Path::new(&args[5]),
+        );
         let took = rt.block_on(async {
             match mode.as_str() {
                 "floor" => run_floor(dir, udf, setting).await,
@@ -251,7 +264,9 @@ fn main() {
     }
     let n = rows();
     println!("backfill of {n} rows, best of 1 run per cell, each in a fresh process\n");
-    println!("| UDF | max_checkpoint_size | floor rows/s | lancet rows/s | time lancet/floor | floor peak RSS MiB | lancet peak RSS MiB | RSS lancet/floor |");
+    println!(
+        "| UDF | max_checkpoint_size | floor rows/s | lancet rows/s | time lancet/floor | floor peak RSS MiB | lancet peak RSS MiB | RSS lancet/floor |"
+    );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
     for udf in UDFS {
         for setting in SETTINGS {
@@ -265,7 +280,11 @@ fn main() {
                     .arg(&dir)
                     .output()
                     .unwrap();
-                assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+                assert!(
+                    out.status.success(),
+                    "{}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
                 let text = String::from_utf8_lossy(&out.stdout);
                 let mut parts = text.split_whitespace();
                 let secs: f64 = parts.next().unwrap().parse().unwrap();

@@ -199,14 +199,22 @@ impl Server {
     }
 
     /// Poll describe until `done(description)` holds (panics after `secs` seconds).
-    pub async fn wait_job_until(&self, job_id: &str, secs: u64, done: impl Fn(&Value) -> bool) -> Value {
+    pub async fn wait_job_until(
+        &self,
+        job_id: &str,
+        secs: u64,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
         loop {
             let d = self.describe_job(job_id).await;
             if done(&d) {
                 return d;
             }
-            assert!(std::time::Instant::now() < deadline, "job {job_id} timed out: {d}");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "job {job_id} timed out: {d}"
+            );
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     }

@@ -119,18 +119,30 @@ async fn backfill_fills_null_rows_commits_per_group_and_reports_progress() {
     let mut got: Vec<(i64, Option<String>)> =
         ids(&rows).into_iter().zip(strings(&rows, "slug")).collect();
     got.sort();
-    let want: Vec<(i64, Option<String>)> = (0..300).map(|i| (i, Some(format!("row-{i}")))).collect();
+    let want: Vec<(i64, Option<String>)> =
+        (0..300).map(|i| (i, Some(format!("row-{i}")))).collect();
     assert_eq!(got, want);
 
     // The CLI draws the finished job's bar and exits 0.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_lancet"))
-        .args(["jobs", "watch", &job, "--url", &s.base, "--interval", "0.05"])
+        .args([
+            "jobs",
+            "watch",
+            &job,
+            "--url",
+            &s.base,
+            "--interval",
+            "0.05",
+        ])
         .output()
         .unwrap();
     let bar = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{bar}");
     assert!(
-        bar.contains(&format!("[{}] 100% rows 300/300 fragments 3/3 commits 3 DONE", "#".repeat(30))),
+        bar.contains(&format!(
+            "[{}] 100% rows 300/300 fragments 3/3 commits 3 DONE",
+            "#".repeat(30)
+        )),
         "{bar}"
     );
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_lancet"))
@@ -159,13 +171,14 @@ async fn backfill_fills_null_rows_commits_per_group_and_reports_progress() {
     assert_eq!(l2["page_token"], Value::Null);
     assert_ne!(l["jobs"][0]["job_id"], l2["jobs"][0]["job_id"]);
     let l = s
-        .ok("/v1/jobs/list", json!({"table_id": ["b"], "job_state": "DONE"}))
+        .ok(
+            "/v1/jobs/list",
+            json!({"table_id": ["b"], "job_state": "DONE"}),
+        )
         .await;
     assert_eq!(l["jobs"].as_array().unwrap().len(), 2);
     assert_eq!(l["jobs"][0]["state"], "DONE");
-    let l = s
-        .ok("/v1/jobs/list", json!({"table_id": ["other"]}))
-        .await;
+    let l = s.ok("/v1/jobs/list", json!({"table_id": ["other"]})).await;
     assert_eq!(l["jobs"], json!([]));
     let l = s.ok("/v1/jobs/list", json!({"job_state": "FAILED"})).await;
     assert_eq!(l["jobs"], json!([]));
@@ -177,7 +190,8 @@ async fn where_selects_rows_and_unselected_rows_keep_their_values() {
     table_with_fragments(&s, "w", 2, 50).await;
     add_virtual(&s, "w", "dbl", slow("1")).await;
     // On a branch: main is not touched.
-    s.ok("/v1/table/w/branches/create", json!({"name": "dev"})).await;
+    s.ok("/v1/table/w/branches/create", json!({"name": "dev"}))
+        .await;
     let main_version = s.version("w").await;
     let job = s
         .backfill("w", json!({"column": "dbl", "branch": "dev", "intra_applier_concurrency": 3, "checkpoint_size": 4}))
@@ -188,22 +202,35 @@ async fn where_selects_rows_and_unselected_rows_keep_their_values() {
     assert_eq!(d["spec"]["branch"], "dev");
     assert_eq!(s.version("w").await, main_version);
     let rows = s
-        .query("w", json!({"columns": ["id", "dbl"], "branch": "dev", "limit": 1000}))
+        .query(
+            "w",
+            json!({"columns": ["id", "dbl"], "branch": "dev", "limit": 1000}),
+        )
         .await;
-    assert!(int_pairs(&rows, "dbl").iter().all(|(id, v)| *v == Some(2 * id)));
+    assert!(
+        int_pairs(&rows, "dbl")
+            .iter()
+            .all(|(id, v)| *v == Some(2 * id))
+    );
     assert!(doubled(&s, "w").await.iter().all(|(_, v)| v.is_none()));
 
     // Only ids < 30; every other row keeps its (null) value.
-    let job = s.backfill("w", json!({"column": "dbl", "where": "id < 30"})).await;
+    let job = s
+        .backfill("w", json!({"column": "dbl", "where": "id < 30"}))
+        .await;
     let d = s.wait_job(&job).await;
     assert_eq!(d["job_state"], "DONE", "{d}");
     assert_eq!(d["progress"]["rows_total"], 30);
     assert_eq!(d["progress"]["fragments_total"], 2);
-    assert_eq!(d["result"]["commits"], 1, "the second fragment selects nothing: {d}");
+    assert_eq!(
+        d["result"]["commits"], 1,
+        "the second fragment selects nothing: {d}"
+    );
     let want: Vec<(i64, Option<i64>)> = (0..100).map(|i| (i, (i < 30).then_some(2 * i))).collect();
     assert_eq!(doubled(&s, "w").await, want);
     // Then the default (still-null rows): computed values already written are kept.
-    s.ok("/v1/table/w/delete", json!({"predicate": "id = 99"})).await;
+    s.ok("/v1/table/w/delete", json!({"predicate": "id = 99"}))
+        .await;
     let job = s.backfill("w", json!({"column": "dbl"})).await;
     let d = s.wait_job(&job).await;
     assert_eq!(d["progress"]["rows_total"], 69, "{d}");
@@ -212,7 +239,10 @@ async fn where_selects_rows_and_unselected_rows_keep_their_values() {
     // `true` recomputes every row; num_frags limits the job to the first fragment.
     let v = s.version("w").await;
     let job = s
-        .backfill("w", json!({"column": "dbl", "where": "true", "num_frags": 1}))
+        .backfill(
+            "w",
+            json!({"column": "dbl", "where": "true", "num_frags": 1}),
+        )
         .await;
     let d = s.wait_job(&job).await;
     assert_eq!(d["progress"]["rows_total"], 50, "{d}");
@@ -229,7 +259,13 @@ async fn bad_backfill_requests_are_refused() {
 
     let (st, b) = post(json!({"column": "text"})).await;
     assert_error(st, &b, 400, 13);
-    assert!(b["detail"].as_str().unwrap().contains("not a virtual column"), "{b}");
+    assert!(
+        b["detail"]
+            .as_str()
+            .unwrap()
+            .contains("not a virtual column"),
+        "{b}"
+    );
     let (st, b) = post(json!({"column": "nosuch"})).await;
     assert_error(st, &b, 404, 12);
     let (st, b) = post(json!({"column": ""})).await;
@@ -266,7 +302,9 @@ async fn bad_backfill_requests_are_refused() {
     assert_eq!(s.ok("/v1/jobs/list", json!({})).await["jobs"], json!([]));
 
     // A second backfill of a column while one runs: 409.
-    let job = s.backfill("x", json!({"column": "dbl", "checkpoint_size": 1})).await;
+    let job = s
+        .backfill("x", json!({"column": "dbl", "checkpoint_size": 1}))
+        .await;
     let (st, b) = post(json!({"column": "dbl"})).await;
     assert_error(st, &b, 409, 14);
     assert!(b["detail"].as_str().unwrap().contains(&job), "{b}");
@@ -282,7 +320,9 @@ async fn bad_backfill_requests_are_refused() {
     }
     let (st, b) = s.post("/v1/jobs/cancel", json!({"job_id": job})).await;
     assert_error(st, &b, 409, 19);
-    let (st, b) = s.post("/v1/jobs/list", json!({"job_state": "RUNNING"})).await;
+    let (st, b) = s
+        .post("/v1/jobs/list", json!({"job_state": "RUNNING"}))
+        .await;
     assert_error(st, &b, 400, 13);
 }
 
@@ -304,7 +344,11 @@ async fn cancel_stops_promptly_and_keeps_only_whole_commits() {
     let started = std::time::Instant::now();
     let d = s.ok("/v1/jobs/cancel", json!({"job_id": job})).await;
     assert_eq!(d["job_state"], "CANCELLED", "{d}");
-    assert!(started.elapsed() < Duration::from_secs(10), "cancel took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "cancel took {:?}",
+        started.elapsed()
+    );
     assert_eq!(d["result"], Value::Null);
     let commits = d["progress"]["commits"].as_u64().unwrap();
     assert!((1..8).contains(&commits), "{d}");
@@ -312,7 +356,11 @@ async fn cancel_stops_promptly_and_keeps_only_whole_commits() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(s.version("c").await, before + commits);
     let values = doubled(&s, "c").await;
-    let filled: Vec<i64> = values.iter().filter(|(_, v)| v.is_some()).map(|p| p.0).collect();
+    let filled: Vec<i64> = values
+        .iter()
+        .filter(|(_, v)| v.is_some())
+        .map(|p| p.0)
+        .collect();
     assert_eq!(filled.len() as u64, commits * 20, "whole fragments only");
     assert!(values.iter().all(|(id, v)| v.is_none_or(|v| v == 2 * id)));
     let again = s.describe_job(&job).await;
@@ -320,10 +368,20 @@ async fn cancel_stops_promptly_and_keeps_only_whole_commits() {
     // A cancelled job cannot be cancelled again, and a new backfill finishes the rest.
     let (st, b) = s.post("/v1/jobs/cancel", json!({"job_id": job})).await;
     assert_error(st, &b, 409, 19);
-    let job = s.backfill("c", json!({"column": "dbl", "checkpoint_size": 64})).await;
+    let job = s
+        .backfill("c", json!({"column": "dbl", "checkpoint_size": 64}))
+        .await;
     let d = s.wait_job(&job).await;
-    assert_eq!(d["progress"]["rows_total"].as_u64(), Some(160 - commits * 20));
-    assert!(doubled(&s, "c").await.iter().all(|(id, v)| *v == Some(2 * id)));
+    assert_eq!(
+        d["progress"]["rows_total"].as_u64(),
+        Some(160 - commits * 20)
+    );
+    assert!(
+        doubled(&s, "c")
+            .await
+            .iter()
+            .all(|(id, v)| *v == Some(2 * id))
+    );
 }
 
 #[tokio::test]
@@ -338,13 +396,16 @@ async fn concurrent_writes_during_a_backfill() {
                    "max_checkpoint_size": 4, "concurrency": 1}),
         )
         .await;
-    s.wait_job_until(&job, 120, |d| d["progress"]["rows_done"].as_u64() >= Some(10))
-        .await;
+    s.wait_job_until(&job, 120, |d| {
+        d["progress"]["rows_done"].as_u64() >= Some(10)
+    })
+    .await;
     // An insert (new fragment, not part of the job), a delete in fragment 0, and an update
     // that moves rows out of the last fragment (so its computed file would be stale).
     let (st, b) = s.post_arrow("/v1/table/k/insert", &sample(1000, 5)).await;
     assert_eq!(st, 200, "{b}");
-    s.ok("/v1/table/k/delete", json!({"predicate": "id = 3"})).await;
+    s.ok("/v1/table/k/delete", json!({"predicate": "id = 3"}))
+        .await;
     s.ok(
         "/v1/table/k/update",
         json!({"updates": [["text", "'changed'"]], "predicate": "id >= 110"}),
@@ -352,11 +413,25 @@ async fn concurrent_writes_during_a_backfill() {
     .await;
     let d = s.wait_job(&job).await;
     assert_eq!(d["job_state"], "DONE", "{d}");
-    assert_eq!(s.count("k", json!({})).await, 124, "the inserted rows are kept");
+    assert_eq!(
+        s.count("k", json!({})).await,
+        124,
+        "the inserted rows are kept"
+    );
     let skipped = d["result"]["fragments_skipped"].as_array().unwrap();
-    assert_eq!(skipped.len(), 1, "the updated fragment is refused by lance: {d}");
+    assert_eq!(
+        skipped.len(),
+        1,
+        "the updated fragment is refused by lance: {d}"
+    );
     assert_eq!(skipped[0]["fragment"], 5);
-    assert!(skipped[0]["reason"].as_str().unwrap().contains("concurrent"), "{d}");
+    assert!(
+        skipped[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("concurrent"),
+        "{d}"
+    );
     assert_eq!(d["result"]["rows_written"], 100);
     for (id, v) in doubled(&s, "k").await {
         match id {
@@ -366,10 +441,17 @@ async fn concurrent_writes_during_a_backfill() {
         }
     }
     // A later backfill picks up what was left.
-    let job = s.backfill("k", json!({"column": "dbl", "checkpoint_size": 64})).await;
+    let job = s
+        .backfill("k", json!({"column": "dbl", "checkpoint_size": 64}))
+        .await;
     let d = s.wait_job(&job).await;
     assert_eq!(d["progress"]["rows_total"], 25, "{d}");
-    assert!(doubled(&s, "k").await.iter().all(|(id, v)| *v == Some(2 * id)));
+    assert!(
+        doubled(&s, "k")
+            .await
+            .iter()
+            .all(|(id, v)| *v == Some(2 * id))
+    );
 }
 
 #[tokio::test]
@@ -447,7 +529,8 @@ async fn killed_server_resumes_backfills_and_matches_an_unkilled_run() {
     for point in [15u64, 100, 200] {
         let d = b
             .wait_job_until(&job, 120, |d| {
-                d["job_state"] != "IN_PROGRESS" || d["progress"]["rows_done"].as_u64() >= Some(point)
+                d["job_state"] != "IN_PROGRESS"
+                    || d["progress"]["rows_done"].as_u64() >= Some(point)
             })
             .await;
         if d["job_state"] != "IN_PROGRESS" {
@@ -459,7 +542,10 @@ async fn killed_server_resumes_backfills_and_matches_an_unkilled_run() {
         let d = b.describe_job(&job).await;
         assert_eq!(d["job_state"], "IN_PROGRESS", "{d}");
     }
-    assert!(kills >= 2, "the job finished before it could be killed twice");
+    assert!(
+        kills >= 2,
+        "the job finished before it could be killed twice"
+    );
     let d = b.wait_job(&job).await;
     assert_eq!(d["job_state"], "DONE", "{d}");
     assert_eq!(doubled(&b, "r").await, want);

@@ -68,7 +68,9 @@ pub async fn describe(
     headers: HeaderMap,
     JsonBody(body): JsonBody<JobBody>,
 ) -> ApiResult<Response> {
-    Ok(reply(app.jobs.describe(&tenant_of(&headers), job_id(&body)?)?))
+    Ok(reply(
+        app.jobs.describe(&tenant_of(&headers), job_id(&body)?)?,
+    ))
 }
 
 pub async fn cancel(
@@ -76,7 +78,11 @@ pub async fn cancel(
     headers: HeaderMap,
     JsonBody(body): JsonBody<JobBody>,
 ) -> ApiResult<Response> {
-    Ok(reply(app.jobs.cancel(&tenant_of(&headers), job_id(&body)?).await?))
+    Ok(reply(
+        app.jobs
+            .cancel(&tenant_of(&headers), job_id(&body)?)
+            .await?,
+    ))
 }
 
 #[derive(Deserialize, Default)]
@@ -93,7 +99,10 @@ pub struct ListBody {
 }
 
 fn table_filter(v: Option<Value>, params: &Params) -> ApiResult<Option<Vec<String>>> {
-    let delimiter = params.get("delimiter").filter(|d| !d.is_empty()).unwrap_or("$");
+    let delimiter = params
+        .get("delimiter")
+        .filter(|d| !d.is_empty())
+        .unwrap_or("$");
     match v {
         None | Some(Value::Null) => Ok(params
             .string("table_id")
@@ -130,9 +139,7 @@ pub async fn list(
             ))
         })?),
     };
-    let rows = app
-        .jobs
-        .list(&tenant_of(&headers), table.as_deref(), state);
+    let rows = app.jobs.list(&tenant_of(&headers), table.as_deref(), state);
     let (rows, next) = paginate(rows, limit, token.as_deref());
     let jobs: Vec<Value> = rows.into_iter().map(|(_, v)| v).collect();
     Ok(reply(json!({ "jobs": jobs, "page_token": next })))

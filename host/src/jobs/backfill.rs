@@ -74,7 +74,13 @@ pub(super) async fn prepare(
     })?;
     let source = app
         .store
-        .backfill_source(location, &at, &spec.column, udf.input_columns(), &spec.filter)
+        .backfill_source(
+            location,
+            &at,
+            &spec.column,
+            udf.input_columns(),
+            &spec.filter,
+        )
         .await?;
     Ok((source, Arc::new(udf)))
 }
@@ -112,7 +118,11 @@ pub(super) async fn run(app: Arc<App>, job: Arc<Job>) {
 }
 
 fn result_of(r: &super::state::JobRecord) -> serde_json::Value {
-    let frags = r.plan.as_ref().map(|p| p.fragments.as_slice()).unwrap_or(&[]);
+    let frags = r
+        .plan
+        .as_ref()
+        .map(|p| p.fragments.as_slice())
+        .unwrap_or(&[]);
     let mut rows_written = 0;
     let mut rows_nulled = 0;
     let mut committed = 0;
@@ -205,7 +215,8 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
     let mut nulled = 0;
     for f in &plan.fragments {
         match &f.status {
-            FragmentStatus::Staged { nulled: n, .. } | FragmentStatus::Committed { nulled: n, .. } => {
+            FragmentStatus::Staged { nulled: n, .. }
+            | FragmentStatus::Committed { nulled: n, .. } => {
                 done += f.selected_rows;
                 nulled += n;
             }
@@ -233,7 +244,9 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
             match landed {
                 Some(version) => {
                     let (id, nulled) = (f.id, *nulled);
-                    job.update(|r| set_status(r, id, FragmentStatus::Committed { version, nulled }))?;
+                    job.update(|r| {
+                        set_status(r, id, FragmentStatus::Committed { version, nulled })
+                    })?;
                     // The commit count was not recorded either.
                     job.update(|r| r.commits += 1)?;
                     job.dir.remove_checkpoints(id);
@@ -290,7 +303,8 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
         .buffer_unordered(ctx.spec.concurrency);
     let mut first_error = None;
     while let Some(joined) = running.next().await {
-        let outcome = joined.unwrap_or_else(|e| Err(failed("compute", format!("a task crashed: {e}"))));
+        let outcome =
+            joined.unwrap_or_else(|e| Err(failed("compute", format!("a task crashed: {e}"))));
         if first_error.is_some() {
             continue; // drain: let the other tasks notice and stop
         }
@@ -370,7 +384,11 @@ async fn run_task(ctx: &Arc<Ctx>, task: Task) -> Result<(), Stop> {
     let spec = &ctx.spec;
     let mut batches = ctx
         .source
-        .read(task.fragment, task.start..task.end, spec.max_checkpoint_size as u32)
+        .read(
+            task.fragment,
+            task.start..task.end,
+            spec.max_checkpoint_size as u32,
+        )
         .await?;
     let flush_every = Duration::from_secs_f64(spec.batch_checkpoint_flush_interval_seconds);
     let mut size = spec.checkpoint_size;
@@ -414,15 +432,18 @@ async fn run_task(ctx: &Arc<Ctx>, task: Task) -> Result<(), Stop> {
                     }
                 })
                 .collect();
-            let merged = interleave(&[old.as_ref(), computed.as_ref()], &indices)
-                .map_err(ApiError::from)?;
+            let merged =
+                interleave(&[old.as_ref(), computed.as_ref()], &indices).map_err(ApiError::from)?;
             (merged, nulled)
         };
         ctx.job
             .progress
             .rows_done
             .fetch_add(picked.len() as u64, Ordering::Relaxed);
-        ctx.job.progress.rows_nulled.fetch_add(nulled, Ordering::Relaxed);
+        ctx.job
+            .progress
+            .rows_nulled
+            .fetch_add(nulled, Ordering::Relaxed);
         pending.end = sb.start + sb.batch.num_rows() as u64;
         pending.selected += picked.len() as u64;
         pending.nulled += nulled;
@@ -499,7 +520,12 @@ async fn compute(
             nulled += computed.nulled;
             results.push(computed.values);
         }
-        *size = adapt(*size, slowest, spec.min_checkpoint_size, spec.max_checkpoint_size);
+        *size = adapt(
+            *size,
+            slowest,
+            spec.min_checkpoint_size,
+            spec.max_checkpoint_size,
+        );
     }
     let refs: Vec<&dyn arrow_array::Array> = results.iter().map(|a| a.as_ref()).collect();
     let all = arrow_select::concat::concat(&refs).map_err(ApiError::from)?;
@@ -519,7 +545,11 @@ fn adapt(size: usize, took: Duration, min: usize, max: usize) -> usize {
 }
 
 /// Make the buffered results durable as one checkpoint, then start the next one.
-async fn flush(ctx: &Arc<Ctx>, pending: &mut Checkpoint, buffer: &mut Vec<ArrayRef>) -> ApiResult<()> {
+async fn flush(
+    ctx: &Arc<Ctx>,
+    pending: &mut Checkpoint,
+    buffer: &mut Vec<ArrayRef>,
+) -> ApiResult<()> {
     if pending.end == pending.start {
         return Ok(());
     }
@@ -553,7 +583,10 @@ async fn stage(ctx: &Arc<Ctx>, id: u64) -> Result<(), Stop> {
     if end != frag.physical_rows {
         return Err(failed(
             "stage",
-            format!("fragment {id}: checkpoints cover rows 0..{end} of {}", frag.physical_rows),
+            format!(
+                "fragment {id}: checkpoints cover rows 0..{end} of {}",
+                frag.physical_rows
+            ),
         ));
     }
     let nulled = chain.iter().map(|c| c.nulled).sum();
@@ -608,7 +641,14 @@ async fn commit(ctx: &Arc<Ctx>, group: &[u64]) -> Result<(), Stop> {
             ctx.job.update(|r| {
                 r.commits += 1;
                 for (id, _, nulled) in &files {
-                    set_status(r, *id, FragmentStatus::Committed { version, nulled: *nulled });
+                    set_status(
+                        r,
+                        *id,
+                        FragmentStatus::Committed {
+                            version,
+                            nulled: *nulled,
+                        },
+                    );
                 }
             })?;
             for (id, ..) in &files {
@@ -634,7 +674,10 @@ async fn commit(ctx: &Arc<Ctx>, group: &[u64]) -> Result<(), Stop> {
                     .map_or(0, |f| f.selected_rows),
                 Ordering::Relaxed,
             );
-            ctx.job.progress.rows_nulled.fetch_sub(nulled, Ordering::Relaxed);
+            ctx.job
+                .progress
+                .rows_nulled
+                .fetch_sub(nulled, Ordering::Relaxed);
             ctx.job.update(|r| {
                 set_status(
                     r,

@@ -89,9 +89,10 @@ impl Job {
             ),
             None => (0, 0, 0),
         };
-        let failure = r.failure.as_ref().map(|f| {
-            json!({"phase": f.phase, "message": f.message, "retryable": f.retryable})
-        });
+        let failure = r
+            .failure
+            .as_ref()
+            .map(|f| json!({"phase": f.phase, "message": f.message, "retryable": f.retryable}));
         json!({
             "job_id": r.job_id,
             "job_type": r.job_type,
@@ -151,7 +152,9 @@ impl JobManager {
                     };
                     jobs.insert(record.job_id.clone(), Arc::new(job));
                 }
-                Err(e) => tracing::warn!(path = %entry.path().display(), error = %e, "skipping job"),
+                Err(e) => {
+                    tracing::warn!(path = %entry.path().display(), error = %e, "skipping job")
+                }
             }
         }
         Ok(Self {
@@ -231,7 +234,10 @@ impl JobManager {
         });
         {
             let mut jobs = self.jobs.lock().unwrap();
-            if let Some(other) = jobs.values().find(|j| same_column_running(&j.snapshot(), &record)) {
+            if let Some(other) = jobs
+                .values()
+                .find(|j| same_column_running(&j.snapshot(), &record))
+            {
                 return Err(ApiError::conflict(format!(
                     "column '{}' already has a backfill in progress (job {})",
                     record.spec.column,

@@ -115,8 +115,16 @@ impl BackfillOptions {
             .unwrap_or(DEFAULT_COMMIT_GRANULARITY);
         let rows_per_call = Some(u32::MAX as i64);
         let given = positive("checkpoint_size", self.checkpoint_size, rows_per_call)?;
-        let min = positive("min_checkpoint_size", self.min_checkpoint_size, rows_per_call)?;
-        let max = positive("max_checkpoint_size", self.max_checkpoint_size, rows_per_call)?;
+        let min = positive(
+            "min_checkpoint_size",
+            self.min_checkpoint_size,
+            rows_per_call,
+        )?;
+        let max = positive(
+            "max_checkpoint_size",
+            self.max_checkpoint_size,
+            rows_per_call,
+        )?;
         // Unset bounds widen to admit what was given, so e.g. checkpoint_size alone works.
         let min = min.unwrap_or(DEFAULT_MIN_CHECKPOINT.min(given.unwrap_or(usize::MAX)));
         let max = max.unwrap_or(DEFAULT_MAX_CHECKPOINT.max(given.unwrap_or(0)).max(min));

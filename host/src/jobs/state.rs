@@ -163,13 +163,19 @@ impl JobDir {
     pub fn load(&self) -> ApiResult<JobRecord> {
         let path = self.record_path();
         let bytes = std::fs::read(&path).map_err(|e| io_error("reading", &path, e))?;
-        serde_json::from_slice(&bytes)
-            .map_err(|e| ApiError::internal(format!("job record {} is corrupt: {e}", path.display())))
+        serde_json::from_slice(&bytes).map_err(|e| {
+            ApiError::internal(format!("job record {} is corrupt: {e}", path.display()))
+        })
     }
 
     /// Computed values for physical rows `start..end` of a fragment (`values` has end-start
     /// rows: new values for selected rows, current ones for the others).
-    pub fn write_checkpoint(&self, ckpt: &Checkpoint, field: &Field, values: ArrayRef) -> ApiResult<()> {
+    pub fn write_checkpoint(
+        &self,
+        ckpt: &Checkpoint,
+        field: &Field,
+        values: ArrayRef,
+    ) -> ApiResult<()> {
         let schema = Arc::new(Schema::new(vec![field.clone()]));
         let batch = RecordBatch::try_new(schema.clone(), vec![values]).map_err(ApiError::from)?;
         let mut buf = Vec::new();
@@ -186,7 +192,9 @@ impl JobDir {
         let path = self.checkpoint_dir().join(ckpt.file_name());
         let file = std::fs::File::open(&path).map_err(|e| io_error("reading", &path, e))?;
         let reader = FileReader::try_new(file, None).map_err(ApiError::from)?;
-        let batches = reader.collect::<Result<Vec<_>, _>>().map_err(ApiError::from)?;
+        let batches = reader
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(ApiError::from)?;
         let schema = batches
             .first()
             .map(|b| b.schema())
@@ -207,7 +215,11 @@ impl JobDir {
     }
 
     pub fn remove_checkpoints(&self, fragment: u64) {
-        for c in self.checkpoints().into_iter().filter(|c| c.fragment == fragment) {
+        for c in self
+            .checkpoints()
+            .into_iter()
+            .filter(|c| c.fragment == fragment)
+        {
             let _ = std::fs::remove_file(self.checkpoint_dir().join(c.file_name()));
         }
     }
@@ -258,7 +270,12 @@ impl Checkpoint {
 }
 
 /// The checkpoints that continue `from` without gaps, up to `until`, and where they end.
-pub fn covered(ckpts: &[Checkpoint], fragment: u64, from: u64, until: u64) -> (Vec<Checkpoint>, u64) {
+pub fn covered(
+    ckpts: &[Checkpoint],
+    fragment: u64,
+    from: u64,
+    until: u64,
+) -> (Vec<Checkpoint>, u64) {
     let mut pos = from;
     let mut chain = Vec::new();
     while pos < until {
@@ -307,7 +324,11 @@ mod tests {
         };
         let all = vec![c(0, 10), c(10, 20), c(30, 40)];
         assert_eq!(covered(&all, 1, 0, 100).1, 20);
-        assert_eq!(covered(&all, 1, 0, 15).1, 10, "a checkpoint past the task end is not used");
+        assert_eq!(
+            covered(&all, 1, 0, 15).1,
+            10,
+            "a checkpoint past the task end is not used"
+        );
         assert_eq!(covered(&all, 1, 30, 40).1, 40);
         assert_eq!(covered(&all, 2, 0, 100).1, 0);
     }
@@ -324,8 +345,12 @@ mod tests {
             selected: 2,
             nulled: 0,
         };
-        dir.write_checkpoint(&ckpt, &field, Arc::new(Int64Array::from(vec![Some(1), None, Some(3)])))
-            .unwrap();
+        dir.write_checkpoint(
+            &ckpt,
+            &field,
+            Arc::new(Int64Array::from(vec![Some(1), None, Some(3)])),
+        )
+        .unwrap();
         assert_eq!(dir.checkpoints(), vec![ckpt]);
         let back = dir.read_checkpoint(&ckpt).unwrap();
         assert_eq!(back.num_rows(), 3);

@@ -72,7 +72,9 @@ pub async fn watch(
             Some(other) => {
                 let _ = writeln!(out);
                 let why = body["failure"]["message"].as_str().unwrap_or("");
-                return Err(format!("job {job_id} ended {other} {why}").trim().to_string());
+                return Err(format!("job {job_id} ended {other} {why}")
+                    .trim()
+                    .to_string());
             }
         }
     }
@@ -87,8 +89,14 @@ mod tests {
         let d = json!({"job_state": "IN_PROGRESS", "progress": {"rows_done": 50, "rows_total": 200,
             "fragments_done": 1, "fragments_total": 4, "commits": 1}});
         let line = render(&d);
-        assert!(line.starts_with(&format!("[{}{}]", "#".repeat(8), ".".repeat(22))), "{line}");
-        assert!(line.contains(" 25% rows 50/200 fragments 1/4 commits 1 IN_PROGRESS"), "{line}");
+        assert!(
+            line.starts_with(&format!("[{}{}]", "#".repeat(8), ".".repeat(22))),
+            "{line}"
+        );
+        assert!(
+            line.contains(" 25% rows 50/200 fragments 1/4 commits 1 IN_PROGRESS"),
+            "{line}"
+        );
         let done = json!({"job_state": "DONE", "progress": {"rows_total": 0}});
         assert!(render(&done).contains("100%"));
     }

@@ -371,7 +371,11 @@ mod tests {
     async fn table(dir: &std::path::Path) -> (Store, String) {
         let store = Store::new(Arc::new(lance::session::Session::default()));
         let location = dir.join("t.lance").to_string_lossy().to_string();
-        let schema = Arc::new(ArrowSchema::new(vec![Field::new("x", DataType::Int64, false)]));
+        let schema = Arc::new(ArrowSchema::new(vec![Field::new(
+            "x",
+            DataType::Int64,
+            false,
+        )]));
         let batch = RecordBatch::try_new(
             schema.clone(),
             vec![Arc::new(Int64Array::from((0..10).collect::<Vec<i64>>())) as ArrayRef],
@@ -382,7 +386,11 @@ mod tests {
             .await
             .unwrap();
         store
-            .add_null_columns(&location, None, vec![Field::new("y", DataType::Int64, true)])
+            .add_null_columns(
+                &location,
+                None,
+                vec![Field::new("y", DataType::Int64, true)],
+            )
             .await
             .unwrap();
         (store, location)
@@ -425,7 +433,10 @@ mod tests {
             .unwrap();
         assert_eq!(source.count_selected(0).await.unwrap(), 5);
         let file = stage(&source).await;
-        assert_eq!(store.committed_file(&location, None, &file).await.unwrap(), None);
+        assert_eq!(
+            store.committed_file(&location, None, &file).await.unwrap(),
+            None
+        );
         let version = store
             .commit_column_files(&location, None, &source, std::slice::from_ref(&file))
             .await

@@ -59,7 +59,9 @@ impl VirtualColumns {
             .filter(|m| !m.trim().is_empty())
             .unwrap_or(&def.manifest);
         let parsed = Manifest::parse(manifest_text).map_err(udf_error)?;
-        self.runtime.store_module(&parsed, None).map_err(udf_error)?;
+        self.runtime
+            .store_module(&parsed, None)
+            .map_err(udf_error)?;
         let prepared = self.runtime.prepare(&parsed).map_err(udf_error)?;
         let mut inputs = Vec::new();
         for name in &def.input_columns {
@@ -113,7 +115,13 @@ impl ColumnUdf {
         let expected = self.expected_type();
         let out = self
             .runtime
-            .invoke_with_stats(&self.prepared, tenant, &input, expected.as_ref(), &self.limits)
+            .invoke_with_stats(
+                &self.prepared,
+                tenant,
+                &input,
+                expected.as_ref(),
+                &self.limits,
+            )
             .map_err(udf_error)?;
         let values = pick(&out.array, &self.def.struct_field, &self.field)?;
         Ok(Computed {

@@ -132,7 +132,12 @@ pub fn slow_double(batch: &RecordBatch) -> Result<ArrayRef, UdfError> {
         acc = black_box(acc.wrapping_add(1));
     }
     black_box(acc);
-    Ok(Arc::new(values.iter().map(|v| v.map(|v| v * 2)).collect::<Int64Array>()))
+    Ok(Arc::new(
+        values
+            .iter()
+            .map(|v| v.map(|v| v * 2))
+            .collect::<Int64Array>(),
+    ))
 }
 
 static CALLS: AtomicI64 = AtomicI64::new(0);
