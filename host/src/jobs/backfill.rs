@@ -232,27 +232,40 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
     job.progress.rows_done.store(done, Ordering::Relaxed);
     job.progress.rows_nulled.store(nulled, Ordering::Relaxed);
 
-    // Fragments staged before a restart: committed already, or still to commit.
+    // Fragments staged before a restart: committed already, or still to commit. Commits are
+    // made one at a time and recorded before the next, so at most one commit (of one group)
+    // can have landed unrecorded.
     let mut queue = Vec::new();
+    let mut landed = Vec::new();
     for f in &plan.fragments {
         if let FragmentStatus::Staged { file, nulled } = &f.status {
-            let landed = ctx
+            let found = ctx
                 .app
                 .store
                 .committed_file(&ctx.location, ctx.spec.branch.as_deref(), file)
                 .await?;
-            match landed {
-                Some(version) => {
-                    let (id, nulled) = (f.id, *nulled);
-                    job.update(|r| {
-                        set_status(r, id, FragmentStatus::Committed { version, nulled })
-                    })?;
-                    // The commit count was not recorded either.
-                    job.update(|r| r.commits += 1)?;
-                    job.dir.remove_checkpoints(id);
-                }
+            match found {
+                Some(version) => landed.push((f.id, version, *nulled)),
                 None => queue.push(f.id),
             }
+        }
+    }
+    if !landed.is_empty() {
+        job.update(|r| {
+            r.commits += 1;
+            for (id, version, nulled) in &landed {
+                set_status(
+                    r,
+                    *id,
+                    FragmentStatus::Committed {
+                        version: *version,
+                        nulled: *nulled,
+                    },
+                );
+            }
+        })?;
+        for (id, ..) in &landed {
+            job.dir.remove_checkpoints(*id);
         }
     }
 
