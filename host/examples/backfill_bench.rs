@@ -12,7 +12,7 @@
 //!
 //! Rows/s and peak RSS (VmHWM) of each child, and lancet/floor ratios. Plugins are read from
 //! LANCET_PLUGINS_DIR (default plugins/target/wasm32-unknown-unknown/release); `ROWS` in the
-//! environment overrides the row count.
+//! environment overrides the row count, `UDFS=score,embed` and `SETTINGS=4096,65536` pick cells.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -268,8 +268,9 @@ fn main() {
         "| UDF | max_checkpoint_size | floor rows/s | lancet rows/s | time lancet/floor | floor peak RSS MiB | lancet peak RSS MiB | RSS lancet/floor |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-    for udf in UDFS {
-        for setting in SETTINGS {
+    let only = |var: &str, value: &str| std::env::var(var).map_or(true, |v| v.split(',').any(|x| x == value));
+    for udf in UDFS.into_iter().filter(|u| only("UDFS", u)) {
+        for setting in SETTINGS.into_iter().filter(|s| only("SETTINGS", &s.to_string())) {
             let mut cell = Vec::new();
             for mode in ["floor", "lancet"] {
                 let tmp = tempfile::tempdir().unwrap();

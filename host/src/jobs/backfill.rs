@@ -34,7 +34,7 @@ use crate::virtual_columns::ColumnUdf;
 /// for cancellation and checkpoints to stay prompt.
 const TARGET_CALL: Duration = Duration::from_millis(500);
 /// Results held in memory before a forced flush, in multiples of `max_checkpoint_size`.
-const MAX_BUFFERED_BATCHES: usize = 8;
+const MAX_BUFFERED_BATCHES: usize = 2;
 
 /// Why a job stopped early.
 enum Stop {
