@@ -268,9 +268,14 @@ fn main() {
         "| UDF | max_checkpoint_size | floor rows/s | lancet rows/s | time lancet/floor | floor peak RSS MiB | lancet peak RSS MiB | RSS lancet/floor |"
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|");
-    let only = |var: &str, value: &str| std::env::var(var).map_or(true, |v| v.split(',').any(|x| x == value));
+    let only = |var: &str, value: &str| {
+        std::env::var(var).map_or(true, |v| v.split(',').any(|x| x == value))
+    };
     for udf in UDFS.into_iter().filter(|u| only("UDFS", u)) {
-        for setting in SETTINGS.into_iter().filter(|s| only("SETTINGS", &s.to_string())) {
+        for setting in SETTINGS
+            .into_iter()
+            .filter(|s| only("SETTINGS", &s.to_string()))
+        {
             let mut cell = Vec::new();
             for mode in ["floor", "lancet"] {
                 let tmp = tempfile::tempdir().unwrap();
