@@ -3,7 +3,8 @@
 //!
 //! Layers: `http` (routing, extractors, errors, credentials) -> `auth` (who may do what),
 //! `tenants`/`catalog` (a DirectoryNamespace per tenant) and `store`
-//! (lance datasets) -> `virtual_columns` (UDF definitions, computed with `lancet-udf`).
+//! (lance datasets) -> `virtual_columns` (UDF definitions, computed with `lancet-udf`); `jobs`
+//! (background backfills) drives `store` and `virtual_columns`.
 
 pub mod auth;
 pub mod catalog;
@@ -11,6 +12,7 @@ pub mod config;
 pub mod error;
 pub mod field_path;
 pub mod http;
+pub mod jobs;
 pub mod json_types;
 pub mod server;
 pub mod store;
@@ -31,6 +33,7 @@ pub struct App {
     pub host_domain: Option<String>,
     pub store: Store,
     pub virtual_columns: VirtualColumns,
+    pub jobs: jobs::JobManager,
 }
 
 impl App {

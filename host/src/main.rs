@@ -23,6 +23,26 @@ enum Command {
     Udf(UdfCommand),
     /// Manage API keys in the auth file (a running server picks changes up within a second).
     Keys(KeysArgs),
+    /// Background jobs.
+    #[command(subcommand)]
+    Jobs(JobsCommand),
+}
+
+#[derive(Subcommand)]
+enum JobsCommand {
+    /// Draw a job's progress until it ends (exit status 1 unless it ends DONE).
+    Watch {
+        job_id: String,
+        /// The server.
+        #[arg(long, default_value = "http://127.0.0.1:8080")]
+        url: String,
+        /// Sent as `x-api-key` and `Authorization: Bearer`.
+        #[arg(long, env = "LANCET_API_KEY")]
+        api_key: Option<String>,
+        /// Seconds between polls (fractions allowed).
+        #[arg(long, default_value_t = 0.5)]
+        interval: f64,
+    },
 }
 
 #[derive(clap::Args)]
@@ -175,6 +195,20 @@ fn main() {
             config,
         }) => package(&file, &entry, config),
         Command::Keys(args) => keys(args),
+        Command::Jobs(JobsCommand::Watch {
+            job_id,
+            url,
+            api_key,
+            interval,
+        }) => runtime
+            .block_on(lancet::jobs::watch::watch(
+                &url,
+                &job_id,
+                api_key.as_deref(),
+                std::time::Duration::from_secs_f64(interval.max(0.05)),
+            ))
+            .map(|_| ())
+            .map_err(Into::into),
     };
     if let Err(e) = result {
         eprintln!("lancet: {e}");

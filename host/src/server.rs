@@ -17,6 +17,7 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
     let session = Arc::new(Session::default());
     let (auth, tenant_limits) = authenticator(config)?;
     let runtime = lancet_udf::Runtime::new(udf_config(config, &root))?;
+    let jobs = crate::jobs::JobManager::open(local_dir(config, &root, "_jobs"))?;
     Ok(Arc::new(App {
         tenants: Tenants::new(&root, session.clone()),
         auth,
@@ -27,6 +28,7 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
             .filter(|d| !d.is_empty()),
         store: Store::new(session),
         virtual_columns: VirtualColumns::with_tenant_limits(Arc::new(runtime), &tenant_limits),
+        jobs,
     }))
 }
 
@@ -59,6 +61,20 @@ fn authenticator(config: &ServeConfig) -> anyhow_like::Result<(Authenticator, Te
     Ok((Authenticator::new(keys, file.jwt.as_ref())?, limits))
 }
 
+/// A directory of server state kept beside the tables (`<root>/<name>`), or in a local cache
+/// directory when the root is an object store.
+fn local_dir(config: &ServeConfig, root: &str, name: &str) -> std::path::PathBuf {
+    if config.data.contains("://") {
+        std::env::var_os("HOME")
+            .map(std::path::PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir)
+            .join(".cache/lancet")
+            .join(name.trim_start_matches('_'))
+    } else {
+        std::path::PathBuf::from(root).join(name)
+    }
+}
+
 /// Modules are stored content-addressed beside the tables (`<root>/_udfs/modules`), compiled
 /// code in `_udfs/cache`. For an object-store root both live in a local cache directory.
 fn udf_config(config: &ServeConfig, root: &str) -> lancet_udf::RuntimeConfig {
@@ -80,6 +96,8 @@ fn udf_config(config: &ServeConfig, root: &str) -> lancet_udf::RuntimeConfig {
 /// Serve until SIGINT/SIGTERM; requests in flight (writes included) finish before exit.
 pub async fn serve(config: ServeConfig) -> anyhow_like::Result<()> {
     let app = build_app(&config).await?;
+    // Jobs a previous process left unfinished carry on (they only need the store and runtime).
+    app.jobs.resume_all(&app);
     let listener = TcpListener::bind(config.addr).await?;
     let addr = listener.local_addr()?;
     // Scripts and tests read this line to learn the port.

@@ -168,6 +168,18 @@ impl Server {
     pub fn wait(&mut self) -> std::process::ExitStatus {
         self.child.wait().unwrap()
     }
+
+    /// SIGKILL the server: no shutdown handling, whatever was in flight is cut off.
+    pub fn kill_hard(&mut self) {
+        self.kill();
+    }
+
+    /// Kill this server hard and start a new one on the same data directory.
+    pub async fn restart(mut self) -> Server {
+        self.kill_hard();
+        let data = self.take_data();
+        Server::start_with(data, &[]).await
+    }
 }
 
 impl Handle {
@@ -271,6 +283,46 @@ impl Handle {
             .post_arrow(&format!("/v1/table/{name}/create"), &sample(0, n))
             .await;
         assert_eq!(status, 200, "create {name}: {v}");
+    }
+
+    pub async fn describe_job(&self, job_id: &str) -> Value {
+        self.ok("/v1/jobs/describe", json!({ "job_id": job_id }))
+            .await
+    }
+
+    /// Start a backfill that must be accepted; returns its job id.
+    pub async fn backfill(&self, table: &str, body: Value) -> String {
+        let v = self
+            .ok(&format!("/v1/table/{table}/backfill_column"), body)
+            .await;
+        v["job_id"].as_str().expect("job_id").to_string()
+    }
+
+    /// Poll describe until `done(description)` holds (panics after `secs` seconds).
+    pub async fn wait_job_until(
+        &self,
+        job_id: &str,
+        secs: u64,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        loop {
+            let d = self.describe_job(job_id).await;
+            if done(&d) {
+                return d;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "job {job_id} timed out: {d}"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Wait until the job leaves IN_PROGRESS.
+    pub async fn wait_job(&self, job_id: &str) -> Value {
+        self.wait_job_until(job_id, 120, |d| d["job_state"] != "IN_PROGRESS")
+            .await
     }
 }
 

@@ -8,6 +8,7 @@ mod data;
 mod errors;
 mod history;
 mod indexes;
+mod jobs;
 mod namespaces;
 mod protocol;
 mod query;

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use crate::common::*;
 
-fn plugin(name: &str) -> Vec<u8> {
+pub fn plugin(name: &str) -> Vec<u8> {
     let dir = std::env::var("LANCET_PLUGINS_DIR").unwrap_or_else(|_| {
         concat!(
             env!("CARGO_MANIFEST_DIR"),

@@ -14,6 +14,7 @@ pub mod errors;
 mod extract;
 pub use extract::Target;
 mod indexes;
+mod jobs;
 mod namespaces;
 mod query;
 mod query_body;
@@ -175,6 +176,11 @@ fn build() -> Routes {
     .post("/v1/table/{id}/branches/create", Write, branches::create)
     .post("/v1/table/{id}/branches/list", Read, branches::list)
     .post("/v1/table/{id}/branches/delete", Write, branches::delete)
+    // Jobs
+    .post("/v1/table/{id}/backfill_column", Write, jobs::backfill_column)
+    .post("/v1/jobs/describe", Read, jobs::describe)
+    .get_post("/v1/jobs/list", Read, jobs::list)
+    .post("/v1/jobs/cancel", Write, jobs::cancel)
 }
 
 /// Every route with its handler and role guard.

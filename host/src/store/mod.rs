@@ -4,12 +4,14 @@
 //! this process so concurrent clients queue instead of failing on optimistic-commit conflicts;
 //! lance's own commit protocol still protects against other writers.
 
+mod backfill;
 mod columns;
 mod history;
 mod indexes;
 mod query;
 mod write;
 
+pub use backfill::*;
 pub use columns::*;
 pub use history::*;
 pub use indexes::*;

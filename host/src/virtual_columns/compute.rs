@@ -129,7 +129,7 @@ impl VirtualColumns {
 }
 
 /// The part of a UDF result a column takes, cast-free: types were checked at definition.
-fn pick(result: &ArrayRef, struct_field: &str, field: &Field) -> ApiResult<ArrayRef> {
+pub(super) fn pick(result: &ArrayRef, struct_field: &str, field: &Field) -> ApiResult<ArrayRef> {
     let array = if struct_field.is_empty() {
         result.clone()
     } else {

@@ -13,8 +13,11 @@ use lancet_udf::{Limits, Runtime, UdfError};
 
 use crate::error::ApiError;
 
+mod backfill;
 mod compute;
 mod define;
+
+pub use backfill::{ColumnUdf, Computed};
 
 /// Field-metadata key holding a virtual column's definition (JSON).
 pub const DEFINITION_KEY: &str = "lancet.udf.definition";

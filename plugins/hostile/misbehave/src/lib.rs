@@ -122,6 +122,24 @@ pub fn fail_negative(batch: &RecordBatch) -> Result<ArrayRef, UdfError> {
     Ok(Arc::new(values))
 }
 
+/// `2 * x`, after spinning `spin` (config, default 100000) iterations per row: a slow but
+/// deterministic UDF, for observing and interrupting long backfills.
+pub fn slow_double(batch: &RecordBatch) -> Result<ArrayRef, UdfError> {
+    let spin: u64 = config().parse("spin")?.unwrap_or(100_000);
+    let values = to_i64(arg(batch, 0)?)?;
+    let mut acc = 0u64;
+    for _ in 0..(spin * values.len() as u64) {
+        acc = black_box(acc.wrapping_add(1));
+    }
+    black_box(acc);
+    Ok(Arc::new(
+        values
+            .iter()
+            .map(|v| v.map(|v| v * 2))
+            .collect::<Int64Array>(),
+    ))
+}
+
 static CALLS: AtomicI64 = AtomicI64::new(0);
 
 /// How many times this instance has been called (1 for a fresh instance): shows reuse.
@@ -148,7 +166,7 @@ export_udf!(
     trap,
     panics
 );
-export_udf!(guest_error, fail_negative, count_calls);
+export_udf!(guest_error, fail_negative, count_calls, slow_double);
 
 /// Exports `fn(&RecordBatch) -> i64` entries that build their packed result themselves.
 macro_rules! export_raw {

@@ -1,0 +1,142 @@
+//! `/v1/table/{id}/backfill_column` and `/v1/jobs/{describe,list,cancel}`. Validation and the
+//! work itself live in `crate::jobs`; this layer decodes bodies and
+//! scopes every job to the caller's tenant.
+
+use axum::extract::State;
+use axum::response::Response;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::auth::Caller;
+use super::extract::{Common, JsonBody, Params, Target, page, paginate};
+use super::{AppState, reply};
+use crate::error::{ApiError, ApiResult};
+use crate::jobs::spec::BackfillOptions;
+use crate::jobs::state::JobState;
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct BackfillBody {
+    #[serde(flatten)]
+    common: Common,
+    #[serde(flatten)]
+    options: BackfillOptions,
+}
+
+pub async fn backfill_column(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<BackfillBody>,
+) -> ApiResult<Response> {
+    let location = app.table(&target, &body.common.id).await?;
+    let branch = target.branch(&body.common.branch);
+    let job_id = app
+        .jobs
+        .submit_backfill(
+            &app,
+            target.caller.tenant(),
+            target.id.clone(),
+            location,
+            branch,
+            body.options,
+        )
+        .await?;
+    Ok(reply(json!({ "job_id": job_id })))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct JobBody {
+    job_id: Option<String>,
+}
+
+fn job_id(body: &JobBody) -> ApiResult<&str> {
+    body.job_id
+        .as_deref()
+        .filter(|j| !j.is_empty())
+        .ok_or_else(|| ApiError::invalid("job_id is required"))
+}
+
+pub async fn describe(
+    State(app): State<AppState>,
+    caller: Caller,
+    JsonBody(body): JsonBody<JobBody>,
+) -> ApiResult<Response> {
+    Ok(reply(
+        app.jobs.describe(caller.tenant(), job_id(&body)?)?,
+    ))
+}
+
+pub async fn cancel(
+    State(app): State<AppState>,
+    caller: Caller,
+    JsonBody(body): JsonBody<JobBody>,
+) -> ApiResult<Response> {
+    Ok(reply(
+        app.jobs
+            .cancel(caller.tenant(), job_id(&body)?)
+            .await?,
+    ))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+pub struct ListBody {
+    limit: Option<i64>,
+    page_token: Option<String>,
+    /// The table, as an id list or a delimited string.
+    table_id: Option<Value>,
+    id: Option<Value>,
+    table: Option<Value>,
+    job_state: Option<String>,
+    state: Option<String>,
+}
+
+fn table_filter(v: Option<Value>, params: &Params) -> ApiResult<Option<Vec<String>>> {
+    let delimiter = params
+        .get("delimiter")
+        .filter(|d| !d.is_empty())
+        .unwrap_or("$");
+    match v {
+        None | Some(Value::Null) => Ok(params
+            .string("table_id")
+            .map(|t| super::extract::split_id(&t, delimiter))),
+        Some(Value::String(s)) => Ok(Some(super::extract::split_id(&s, delimiter))),
+        Some(v @ Value::Array(_)) => serde_json::from_value(v)
+            .map(Some)
+            .map_err(|_| ApiError::invalid("table_id must be a list of strings")),
+        Some(other) => Err(ApiError::invalid(format!(
+            "table_id must be a list of strings, got {other}"
+        ))),
+    }
+}
+
+pub async fn list(
+    State(app): State<AppState>,
+    caller: Caller,
+    axum::extract::RawQuery(query): axum::extract::RawQuery,
+    JsonBody(body): JsonBody<ListBody>,
+) -> ApiResult<Response> {
+    let params = Params::parse(query.as_deref());
+    let (limit, token) = page(&params, body.limit, body.page_token)?;
+    let table = table_filter(body.table_id.or(body.id).or(body.table), &params)?
+        .map(|t| caller.resolve(&t))
+        .transpose()?;
+    let state = match body
+        .job_state
+        .or(body.state)
+        .or_else(|| params.string("job_state"))
+        .filter(|s| !s.is_empty())
+    {
+        None => None,
+        Some(s) => Some(JobState::parse(&s).ok_or_else(|| {
+            ApiError::invalid(format!(
+                "unknown job_state '{s}' (IN_PROGRESS, DONE, FAILED, CANCELLED)"
+            ))
+        })?),
+    };
+    let rows = app.jobs.list(caller.tenant(), table.as_deref(), state);
+    let (rows, next) = paginate(rows, limit, token.as_deref());
+    let jobs: Vec<Value> = rows.into_iter().map(|(_, v)| v).collect();
+    Ok(reply(json!({ "jobs": jobs, "page_token": next })))
+}

@@ -1,0 +1,721 @@
+//! The backfill runner. A job reads its table at a pinned version, splits each fragment into
+//! read tasks of `task_size` physical rows, and runs up to `concurrency` tasks at once. A task
+//! reads batches of at most `max_checkpoint_size` rows, computes the selected rows in UDF calls
+//! of an adaptive size (`checkpoint_size` within min/max, `intra_applier_concurrency` calls at
+//! once) and makes its results durable as checkpoint files every
+//! `batch_checkpoint_flush_interval_seconds`. When every task of a fragment is checkpointed,
+//! the fragment's column file is written from the checkpoints and recorded as staged; staged
+//! fragments are committed `commit_granularity` at a time with lance's DataReplacement.
+//!
+//! Restart safety: checkpoints are reused, so only values computed after the last flush are
+//! computed again; a staged fragment is looked up in the table before it is committed, so a
+//! commit that landed just before a crash is not made twice.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use arrow_array::{ArrayRef, UInt32Array};
+use arrow_schema::Field;
+use arrow_select::interleave::interleave;
+use futures::{StreamExt, TryStreamExt};
+use serde_json::json;
+
+use super::spec::BackfillSpec;
+use super::state::{Checkpoint, Failure, FragmentPlan, FragmentStatus, JobState, Plan, covered};
+use super::{Job, now_ms, read_at};
+use crate::App;
+use crate::error::{ApiError, ApiResult};
+use crate::store::{BackfillSource, StagedFile};
+use crate::virtual_columns::ColumnUdf;
+
+/// UDF calls aim to last about this long: long enough to amortise per-call costs, short enough
+/// for cancellation and checkpoints to stay prompt.
+const TARGET_CALL: Duration = Duration::from_millis(500);
+/// Results held in memory before a forced flush, in multiples of `max_checkpoint_size`.
+const MAX_BUFFERED_BATCHES: usize = 2;
+
+/// Why a job stopped early.
+enum Stop {
+    Cancelled,
+    Failed(Failure),
+}
+
+fn failed(phase: &str, message: impl Into<String>) -> Stop {
+    Stop::Failed(Failure {
+        phase: phase.to_string(),
+        message: message.into(),
+        retryable: false,
+    })
+}
+
+impl From<ApiError> for Stop {
+    fn from(e: ApiError) -> Self {
+        failed("run", e.message)
+    }
+}
+
+/// The job's inputs: the table at its version and the column's UDF. Also the up-front
+/// validation of a new request (missing column 404, not virtual 400, bad where 400, missing
+/// version 404).
+pub(super) async fn prepare(
+    app: &Arc<App>,
+    location: &str,
+    spec: &BackfillSpec,
+) -> ApiResult<(BackfillSource, Arc<ColumnUdf>)> {
+    let at = read_at(spec);
+    let ds = app.store.read(location, &at).await?;
+    crate::field_path::resolve(ds.schema(), &spec.column)?;
+    // Preparing may compile the module: keep it off the async workers.
+    let udf = tokio::task::block_in_place(|| {
+        app.virtual_columns
+            .column_udf(ds.schema(), &spec.column, spec.manifest.as_deref())
+    })?;
+    let source = app
+        .store
+        .backfill_source(
+            location,
+            &at,
+            &spec.column,
+            udf.input_columns(),
+            &spec.filter,
+        )
+        .await?;
+    Ok((source, Arc::new(udf)))
+}
+
+pub(super) async fn run(app: Arc<App>, job: Arc<Job>) {
+    let outcome = if job.cancelled() {
+        Err(Stop::Cancelled)
+    } else {
+        // A panic in the runner must still end the job (FAILED), not leave it running forever.
+        let (a, j) = (app.clone(), job.clone());
+        tokio::spawn(async move { drive(&a, &j).await })
+            .await
+            .unwrap_or_else(|e| Err(failed("run", format!("the job crashed: {e}"))))
+    };
+    let job_id = job.snapshot().job_id;
+    let saved = job.update(|r| {
+        r.finish_ms = Some(now_ms());
+        match outcome {
+            Ok(()) => {
+                r.state = JobState::Done;
+                r.result = Some(result_of(r));
+            }
+            Err(Stop::Cancelled) => r.state = JobState::Cancelled,
+            Err(Stop::Failed(f)) => {
+                r.state = JobState::Failed;
+                r.failure = Some(f);
+            }
+        }
+    });
+    if let Err(e) = saved {
+        tracing::error!(%job_id, error = %e, "could not record the end of a job");
+    }
+    job.dir.remove_all_checkpoints();
+    tracing::info!(%job_id, state = ?job.snapshot().state, "job finished");
+}
+
+fn result_of(r: &super::state::JobRecord) -> serde_json::Value {
+    let frags = r
+        .plan
+        .as_ref()
+        .map(|p| p.fragments.as_slice())
+        .unwrap_or(&[]);
+    let mut rows_written = 0;
+    let mut rows_nulled = 0;
+    let mut committed = 0;
+    let mut version = None;
+    let mut skipped = Vec::new();
+    for f in frags {
+        match &f.status {
+            FragmentStatus::Committed { version: v, nulled } => {
+                rows_written += f.selected_rows;
+                rows_nulled += nulled;
+                committed += 1;
+                version = version.max(Some(*v));
+            }
+            FragmentStatus::Skipped { reason } => {
+                skipped.push(json!({"fragment": f.id, "rows": f.selected_rows, "reason": reason}))
+            }
+            _ => {}
+        }
+    }
+    json!({
+        "rows_written": rows_written,
+        "rows_nulled": rows_nulled,
+        "fragments_committed": committed,
+        "fragments_skipped": skipped,
+        "commits": r.commits,
+        "read_version": r.spec.read_version,
+        "version": version,
+    })
+}
+
+/// Everything the tasks of one run share.
+struct Ctx {
+    app: Arc<App>,
+    job: Arc<Job>,
+    source: BackfillSource,
+    udf: Arc<ColumnUdf>,
+    field: Field,
+    spec: BackfillSpec,
+    tenant: String,
+    location: String,
+    /// Set when any task fails, so the others stop.
+    abort: std::sync::atomic::AtomicBool,
+}
+
+impl Ctx {
+    fn check(&self) -> Result<(), Stop> {
+        if self.job.cancelled() {
+            return Err(Stop::Cancelled);
+        }
+        if self.abort.load(Ordering::Relaxed) {
+            return Err(failed("compute", "stopped because another task failed"));
+        }
+        Ok(())
+    }
+}
+
+struct Task {
+    fragment: u64,
+    start: u64,
+    end: u64,
+}
+
+async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
+    let record = job.snapshot();
+    let spec = record.spec.clone();
+    let (source, udf) = prepare(app, &record.location, &spec)
+        .await
+        .map_err(|e| failed("prepare", e.message))?;
+    let field = source.target_field()?;
+    let ctx = Arc::new(Ctx {
+        app: app.clone(),
+        job: job.clone(),
+        field,
+        source,
+        udf,
+        spec,
+        tenant: record.tenant.clone(),
+        location: record.location.clone(),
+        abort: Default::default(),
+    });
+    if record.plan.is_none() {
+        let plan = plan(&ctx).await.map_err(|e| failed("plan", e.message))?;
+        job.update(|r| r.plan = Some(plan))?;
+    }
+    let plan = job.snapshot().plan.expect("planned above");
+    let ckpts = job.dir.checkpoints();
+
+    // Progress so far, from what is durable.
+    let mut done = 0;
+    let mut nulled = 0;
+    for f in &plan.fragments {
+        match &f.status {
+            FragmentStatus::Staged { nulled: n, .. }
+            | FragmentStatus::Committed { nulled: n, .. } => {
+                done += f.selected_rows;
+                nulled += n;
+            }
+            FragmentStatus::Pending => {
+                for c in ckpts.iter().filter(|c| c.fragment == f.id) {
+                    done += c.selected;
+                    nulled += c.nulled;
+                }
+            }
+            FragmentStatus::Skipped { .. } | FragmentStatus::Unselected => {}
+        }
+    }
+    job.progress.rows_done.store(done, Ordering::Relaxed);
+    job.progress.rows_nulled.store(nulled, Ordering::Relaxed);
+
+    // Fragments staged before a restart: committed already, or still to commit. Commits are
+    // made one at a time and recorded before the next, so at most one commit (of one group)
+    // can have landed unrecorded.
+    let mut queue = Vec::new();
+    let mut landed = Vec::new();
+    for f in &plan.fragments {
+        if let FragmentStatus::Staged { file, nulled } = &f.status {
+            let found = ctx
+                .app
+                .store
+                .committed_file(&ctx.location, ctx.spec.branch.as_deref(), file)
+                .await?;
+            match found {
+                Some(version) => landed.push((f.id, version, *nulled)),
+                None => queue.push(f.id),
+            }
+        }
+    }
+    if !landed.is_empty() {
+        job.update(|r| {
+            r.commits += 1;
+            for (id, version, nulled) in &landed {
+                set_status(
+                    r,
+                    *id,
+                    FragmentStatus::Committed {
+                        version: *version,
+                        nulled: *nulled,
+                    },
+                );
+            }
+        })?;
+        for (id, ..) in &landed {
+            job.dir.remove_checkpoints(*id);
+        }
+    }
+
+    // Work left: tasks not fully covered by checkpoints.
+    let mut remaining: HashMap<u64, usize> = HashMap::new();
+    let mut tasks = Vec::new();
+    let mut ready = Vec::new();
+    for f in plan
+        .fragments
+        .iter()
+        .filter(|f| matches!(f.status, FragmentStatus::Pending))
+    {
+        let mut open = 0;
+        let mut start = 0;
+        while start < f.physical_rows {
+            let end = (start + plan.task_size).min(f.physical_rows);
+            let (_, pos) = covered(&ckpts, f.id, start, end);
+            if pos < end {
+                tasks.push(Task {
+                    fragment: f.id,
+                    start: pos,
+                    end,
+                });
+                open += 1;
+            }
+            start = end;
+        }
+        if open == 0 {
+            ready.push(f.id);
+        } else {
+            remaining.insert(f.id, open);
+        }
+    }
+    for id in ready {
+        stage(&ctx, id).await?;
+        queue.push(id);
+        commit_when_full(&ctx, &mut queue, false).await?;
+    }
+
+    let mut running = futures::stream::iter(tasks)
+        .map(|t| {
+            let ctx = ctx.clone();
+            tokio::spawn(async move {
+                let id = t.fragment;
+                run_task(&ctx, t).await.map(|_| id)
+            })
+        })
+        .buffer_unordered(ctx.spec.concurrency);
+    let mut first_error = None;
+    while let Some(joined) = running.next().await {
+        let outcome =
+            joined.unwrap_or_else(|e| Err(failed("compute", format!("a task crashed: {e}"))));
+        if first_error.is_some() {
+            continue; // drain: let the other tasks notice and stop
+        }
+        let step = async {
+            let id = outcome?;
+            let left = remaining.get_mut(&id).expect("a fragment with tasks");
+            *left -= 1;
+            if *left == 0 {
+                ctx.check()?;
+                stage(&ctx, id).await?;
+                queue.push(id);
+                commit_when_full(&ctx, &mut queue, false).await?;
+            }
+            Ok::<(), Stop>(())
+        }
+        .await;
+        if let Err(e) = step {
+            ctx.abort.store(true, Ordering::Relaxed);
+            first_error = Some(e);
+        }
+    }
+    if let Some(e) = first_error {
+        // A cancellation seen by one task while another failed is still a cancellation.
+        return Err(if job.cancelled() { Stop::Cancelled } else { e });
+    }
+    commit_when_full(&ctx, &mut queue, true).await
+}
+
+/// Fragments, rows each selects, and the task size.
+async fn plan(ctx: &Ctx) -> ApiResult<Plan> {
+    let frags = ctx.source.fragments(ctx.spec.num_frags).await?;
+    let mut counts = Vec::with_capacity(frags.len());
+    for f in &frags {
+        counts.push(ctx.source.count_selected(f.id).await?);
+    }
+    let total: u64 = frags.iter().map(|f| f.physical_rows).sum();
+    let workers = ctx.spec.concurrency as u64;
+    let task_size = ctx.spec.task_size.unwrap_or_else(|| {
+        // Enough tasks to keep every worker busy, none smaller than one full read batch.
+        total
+            .div_ceil(workers * 4)
+            .max(ctx.spec.max_checkpoint_size as u64)
+            .max(1)
+    });
+    Ok(Plan {
+        task_size,
+        fragments: frags
+            .iter()
+            .zip(counts)
+            .map(|(f, selected)| FragmentPlan {
+                id: f.id,
+                physical_rows: f.physical_rows,
+                selected_rows: selected,
+                status: if selected == 0 {
+                    FragmentStatus::Unselected
+                } else {
+                    FragmentStatus::Pending
+                },
+            })
+            .collect(),
+    })
+}
+
+fn set_status(r: &mut super::state::JobRecord, id: u64, status: FragmentStatus) {
+    if let Some(f) = r
+        .plan
+        .as_mut()
+        .and_then(|p| p.fragments.iter_mut().find(|f| f.id == id))
+    {
+        f.status = status;
+    }
+}
+
+/// Compute one task's rows and checkpoint them.
+async fn run_task(ctx: &Arc<Ctx>, task: Task) -> Result<(), Stop> {
+    ctx.check()?;
+    let spec = &ctx.spec;
+    let mut batches = ctx
+        .source
+        .read(
+            task.fragment,
+            task.start..task.end,
+            spec.max_checkpoint_size as u32,
+        )
+        .await?;
+    let flush_every = Duration::from_secs_f64(spec.batch_checkpoint_flush_interval_seconds);
+    let mut size = spec.checkpoint_size;
+    let mut buffer: Vec<ArrayRef> = Vec::new();
+    let mut pending = Checkpoint {
+        fragment: task.fragment,
+        start: task.start,
+        end: task.start,
+        selected: 0,
+        nulled: 0,
+    };
+    let mut last_flush = Instant::now();
+    while let Some(sb) = batches.try_next().await? {
+        ctx.check()?;
+        let old = ctx.source.target_values(&sb.batch)?;
+        let picked: Vec<u32> = (0..sb.selected.len() as u32)
+            .filter(|i| sb.selected[*i as usize])
+            .collect();
+        let (values, nulled) = if picked.is_empty() {
+            (old, 0)
+        } else {
+            let input = arrow_select::take::take_record_batch(
+                &sb.batch,
+                &UInt32Array::from(picked.clone()),
+            )
+            .map_err(ApiError::from)?;
+            let (computed, nulled) =
+                compute(ctx, &input, &picked, sb.start, task.fragment, &mut size).await?;
+            // Unselected rows keep their current value: the file replaces the whole column.
+            let mut next = 0;
+            let indices: Vec<(usize, usize)> = sb
+                .selected
+                .iter()
+                .enumerate()
+                .map(|(i, s)| {
+                    if *s {
+                        next += 1;
+                        (1, next - 1)
+                    } else {
+                        (0, i)
+                    }
+                })
+                .collect();
+            let merged =
+                interleave(&[old.as_ref(), computed.as_ref()], &indices).map_err(ApiError::from)?;
+            (merged, nulled)
+        };
+        ctx.job
+            .progress
+            .rows_done
+            .fetch_add(picked.len() as u64, Ordering::Relaxed);
+        ctx.job
+            .progress
+            .rows_nulled
+            .fetch_add(nulled, Ordering::Relaxed);
+        pending.end = sb.start + sb.batch.num_rows() as u64;
+        pending.selected += picked.len() as u64;
+        pending.nulled += nulled;
+        buffer.push(values);
+        let buffered = (pending.end - pending.start) as usize;
+        if last_flush.elapsed() >= flush_every
+            || buffered >= MAX_BUFFERED_BATCHES * spec.max_checkpoint_size
+        {
+            flush(ctx, &mut pending, &mut buffer).await?;
+            last_flush = Instant::now();
+        }
+    }
+    flush(ctx, &mut pending, &mut buffer).await?;
+    if pending.start != task.end {
+        return Err(failed(
+            "compute",
+            format!(
+                "fragment {} rows {}..{}: read ended at row {}",
+                task.fragment, task.start, task.end, pending.start
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Run the UDF over `input` (the selected rows of one read batch) in calls of the adaptive
+/// `size`, `intra_applier_concurrency` at a time. `picked` maps input rows to batch rows, for
+/// naming the rows of a failed call.
+async fn compute(
+    ctx: &Arc<Ctx>,
+    input: &arrow_array::RecordBatch,
+    picked: &[u32],
+    batch_start: u64,
+    fragment: u64,
+    size: &mut usize,
+) -> Result<(ArrayRef, u64), Stop> {
+    let spec = &ctx.spec;
+    let mut results = Vec::new();
+    let mut nulled = 0;
+    let mut offset = 0;
+    while offset < input.num_rows() {
+        ctx.check()?;
+        // One round: up to intra_applier_concurrency calls of `size` rows, in parallel.
+        let mut round = Vec::new();
+        for _ in 0..spec.intra_applier_concurrency {
+            if offset >= input.num_rows() {
+                break;
+            }
+            let len = (*size).min(input.num_rows() - offset);
+            round.push((offset, len));
+            offset += len;
+        }
+        let calls = round.iter().map(|&(off, len)| {
+            let chunk = input.slice(off, len);
+            let udf = ctx.udf.clone();
+            let tenant = ctx.tenant.clone();
+            tokio::task::spawn_blocking(move || {
+                let started = Instant::now();
+                udf.compute(&tenant, &chunk).map(|c| (c, started.elapsed()))
+            })
+        });
+        let outcomes = futures::future::join_all(calls).await;
+        let mut slowest = Duration::ZERO;
+        for ((off, len), outcome) in round.into_iter().zip(outcomes) {
+            let rows = || {
+                let first = batch_start + picked[off] as u64;
+                let last = batch_start + picked[off + len - 1] as u64;
+                format!("fragment {fragment} rows {first}..{}", last + 1)
+            };
+            let (computed, took) = outcome
+                .map_err(|e| failed("compute", format!("{}: the UDF call crashed: {e}", rows())))?
+                .map_err(|e| failed("compute", format!("{}: {}", rows(), e.message)))?;
+            slowest = slowest.max(took);
+            nulled += computed.nulled;
+            results.push(computed.values);
+        }
+        *size = adapt(
+            *size,
+            slowest,
+            spec.min_checkpoint_size,
+            spec.max_checkpoint_size,
+        );
+    }
+    let refs: Vec<&dyn arrow_array::Array> = results.iter().map(|a| a.as_ref()).collect();
+    let all = arrow_select::concat::concat(&refs).map_err(ApiError::from)?;
+    Ok((all, nulled))
+}
+
+/// Next call size: double while calls are much quicker than the target, halve when much slower.
+fn adapt(size: usize, took: Duration, min: usize, max: usize) -> usize {
+    if took < TARGET_CALL / 4 {
+        size.saturating_mul(2).min(max)
+    } else if took > TARGET_CALL * 4 {
+        (size / 2).max(min)
+    } else {
+        size
+    }
+    .clamp(min, max)
+}
+
+/// Make the buffered results durable as one checkpoint, then start the next one.
+async fn flush(
+    ctx: &Arc<Ctx>,
+    pending: &mut Checkpoint,
+    buffer: &mut Vec<ArrayRef>,
+) -> ApiResult<()> {
+    if pending.end == pending.start {
+        return Ok(());
+    }
+    let refs: Vec<&dyn arrow_array::Array> = buffer.iter().map(|a| a.as_ref()).collect();
+    let values = arrow_select::concat::concat(&refs).map_err(ApiError::from)?;
+    let (dir, ckpt, field) = (ctx.job.dir.clone(), *pending, ctx.field.clone());
+    tokio::task::spawn_blocking(move || dir.write_checkpoint(&ckpt, &field, values))
+        .await
+        .map_err(|e| ApiError::internal(format!("checkpoint writer crashed: {e}")))??;
+    buffer.clear();
+    *pending = Checkpoint {
+        fragment: pending.fragment,
+        start: pending.end,
+        end: pending.end,
+        selected: 0,
+        nulled: 0,
+    };
+    Ok(())
+}
+
+/// Write a fully checkpointed fragment's column file and record it as staged.
+async fn stage(ctx: &Arc<Ctx>, id: u64) -> Result<(), Stop> {
+    let record = ctx.job.snapshot();
+    let frag = record
+        .plan
+        .as_ref()
+        .and_then(|p| p.fragments.iter().find(|f| f.id == id))
+        .cloned()
+        .ok_or_else(|| failed("stage", format!("fragment {id} is not in the plan")))?;
+    let (chain, end) = covered(&ctx.job.dir.checkpoints(), id, 0, frag.physical_rows);
+    if end != frag.physical_rows {
+        return Err(failed(
+            "stage",
+            format!(
+                "fragment {id}: checkpoints cover rows 0..{end} of {}",
+                frag.physical_rows
+            ),
+        ));
+    }
+    let nulled = chain.iter().map(|c| c.nulled).sum();
+    let dir = ctx.job.dir.clone();
+    let batches = futures::stream::iter(chain).map(move |c| dir.read_checkpoint(&c));
+    let file = ctx
+        .source
+        .write_column(id, batches)
+        .await
+        .map_err(|e| failed("stage", format!("fragment {id}: {}", e.message)))?;
+    ctx.job
+        .update(|r| set_status(r, id, FragmentStatus::Staged { file, nulled }))?;
+    Ok(())
+}
+
+/// Commit the queued fragments once there are `commit_granularity` of them (or any, at the end).
+async fn commit_when_full(ctx: &Arc<Ctx>, queue: &mut Vec<u64>, last: bool) -> Result<(), Stop> {
+    while !queue.is_empty() && (last || queue.len() >= ctx.spec.commit_granularity) {
+        ctx.check()?;
+        let n = queue.len().min(ctx.spec.commit_granularity);
+        let group: Vec<u64> = queue.drain(..n).collect();
+        commit(ctx, &group).await?;
+    }
+    Ok(())
+}
+
+async fn commit(ctx: &Arc<Ctx>, group: &[u64]) -> Result<(), Stop> {
+    let record = ctx.job.snapshot();
+    let mut files: Vec<(u64, StagedFile, u64)> = Vec::new();
+    for id in group {
+        let f = record
+            .plan
+            .as_ref()
+            .and_then(|p| p.fragments.iter().find(|f| f.id == *id));
+        if let Some(FragmentPlan {
+            status: FragmentStatus::Staged { file, nulled },
+            ..
+        }) = f
+        {
+            files.push((*id, file.clone(), *nulled));
+        }
+    }
+    let staged: Vec<StagedFile> = files.iter().map(|f| f.1.clone()).collect();
+    let branch = ctx.spec.branch.as_deref();
+    match ctx
+        .app
+        .store
+        .commit_column_files(&ctx.location, branch, &ctx.source, &staged)
+        .await
+    {
+        Ok(version) => {
+            ctx.job.update(|r| {
+                r.commits += 1;
+                for (id, _, nulled) in &files {
+                    set_status(
+                        r,
+                        *id,
+                        FragmentStatus::Committed {
+                            version,
+                            nulled: *nulled,
+                        },
+                    );
+                }
+            })?;
+            for (id, ..) in &files {
+                ctx.job.dir.remove_checkpoints(*id);
+            }
+            Ok(())
+        }
+        // A conflict names one fragment at best: retry one by one and skip the refused ones.
+        Err(e) if e.status.as_u16() == 409 && files.len() > 1 => {
+            for id in group {
+                Box::pin(commit(ctx, std::slice::from_ref(id))).await?;
+            }
+            Ok(())
+        }
+        Err(e) if e.status.as_u16() == 409 => {
+            let (id, _, nulled) = files[0];
+            tracing::warn!(fragment = id, error = %e.message, "backfill skips a fragment changed concurrently");
+            ctx.job.progress.rows_done.fetch_sub(
+                record
+                    .plan
+                    .as_ref()
+                    .and_then(|p| p.fragments.iter().find(|f| f.id == id))
+                    .map_or(0, |f| f.selected_rows),
+                Ordering::Relaxed,
+            );
+            ctx.job
+                .progress
+                .rows_nulled
+                .fetch_sub(nulled, Ordering::Relaxed);
+            ctx.job.update(|r| {
+                set_status(
+                    r,
+                    id,
+                    FragmentStatus::Skipped {
+                        reason: format!("changed concurrently; not written: {}", e.message),
+                    },
+                )
+            })?;
+            ctx.job.dir.remove_checkpoints(id);
+            Ok(())
+        }
+        Err(e) => Err(failed("commit", e.message)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn call_size_adapts_within_bounds() {
+        assert_eq!(adapt(100, Duration::from_millis(1), 10, 150), 150);
+        assert_eq!(adapt(100, Duration::from_secs(5), 80, 150), 80);
+        assert_eq!(adapt(100, TARGET_CALL, 10, 1000), 100);
+        assert_eq!(adapt(usize::MAX, Duration::ZERO, 1, usize::MAX), usize::MAX);
+    }
+}

@@ -1,0 +1,311 @@
+//! Background jobs (today: column backfills). The manager keeps every job's record in memory
+//! and on disk (see `state`), starts runners as tokio tasks, resumes unfinished jobs when the
+//! server starts, and answers describe/list/cancel. Jobs belong to a tenant: another tenant
+//! neither sees nor cancels them.
+
+mod backfill;
+pub mod spec;
+pub mod state;
+pub mod watch;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lance_namespace::ErrorCode;
+use serde_json::{Value, json};
+
+use crate::App;
+use crate::error::{ApiError, ApiResult};
+use crate::store::At;
+use spec::{BackfillOptions, BackfillSpec};
+use state::{FragmentStatus, JobDir, JobRecord, JobState};
+
+pub const BACKFILL: &str = "backfill";
+
+/// Live counters of a running job (the durable ones are in its record).
+#[derive(Default)]
+struct Progress {
+    rows_done: AtomicU64,
+    rows_nulled: AtomicU64,
+}
+
+pub struct Job {
+    dir: JobDir,
+    record: Mutex<JobRecord>,
+    progress: Progress,
+    cancel: AtomicBool,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn job_not_found(job_id: &str) -> ApiError {
+    // Lance Namespace has no "job" code; a job is the nearest thing to a transaction.
+    ApiError::new(
+        ErrorCode::TransactionNotFound,
+        format!("job not found: {job_id}"),
+    )
+}
+
+impl Job {
+    fn snapshot(&self) -> JobRecord {
+        self.record.lock().unwrap().clone()
+    }
+
+    /// Change the record and make the change durable before anything depends on it.
+    fn update(&self, change: impl FnOnce(&mut JobRecord)) -> ApiResult<()> {
+        let mut r = self.record.lock().unwrap();
+        change(&mut r);
+        self.dir.save(&r)
+    }
+
+    fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
+    }
+
+    /// The describe answer: the shape the lancedb SDK polls, plus `progress`.
+    fn describe(&self) -> Value {
+        let r = self.snapshot();
+        let (rows_total, fragments_total, fragments_done) = match &r.plan {
+            Some(p) => (
+                p.fragments.iter().map(|f| f.selected_rows).sum::<u64>(),
+                p.fragments.len() as u64,
+                p.fragments
+                    .iter()
+                    .filter(|f| {
+                        !matches!(
+                            f.status,
+                            FragmentStatus::Pending | FragmentStatus::Staged { .. }
+                        )
+                    })
+                    .count() as u64,
+            ),
+            None => (0, 0, 0),
+        };
+        let failure = r
+            .failure
+            .as_ref()
+            .map(|f| json!({"phase": f.phase, "message": f.message, "retryable": f.retryable}));
+        json!({
+            "job_id": r.job_id,
+            "job_type": r.job_type,
+            "job_state": r.state,
+            "creation_ms": r.creation_ms,
+            "finish_ms": r.finish_ms,
+            "table": r.spec.table_id,
+            "spec": r.spec,
+            // The SDK treats a result on an unfinished job as a protocol error.
+            "result": if r.state == JobState::Done { r.result.clone() } else { None },
+            "failure": failure,
+            "progress": {
+                "rows_done": self.progress.rows_done.load(Ordering::Relaxed),
+                "rows_total": rows_total,
+                "rows_nulled": self.progress.rows_nulled.load(Ordering::Relaxed),
+                "fragments_done": fragments_done,
+                "fragments_total": fragments_total,
+                "commits": r.commits,
+                "planned": r.plan.is_some(),
+            },
+        })
+    }
+
+    fn list_row(&self) -> Value {
+        let r = self.snapshot();
+        let mut row = self.describe();
+        // The SDK's list rows name these differently from describe.
+        row["state"] = json!(r.state);
+        row["created_at_millis"] = json!(r.creation_ms);
+        row["table"] = json!(r.spec.table_id.join("$"));
+        row
+    }
+}
+
+pub struct JobManager {
+    root: PathBuf,
+    jobs: Mutex<BTreeMap<String, Arc<Job>>>,
+}
+
+impl JobManager {
+    /// Load every job recorded under `root` (unreadable records are logged and skipped).
+    pub fn open(root: PathBuf) -> std::io::Result<Self> {
+        std::fs::create_dir_all(&root)?;
+        let mut jobs = BTreeMap::new();
+        for entry in std::fs::read_dir(&root)?.flatten() {
+            if !entry.path().is_dir() {
+                continue;
+            }
+            let dir = JobDir::new(entry.path());
+            match dir.load() {
+                Ok(record) => {
+                    let job = Job {
+                        dir,
+                        cancel: AtomicBool::new(record.cancel_requested),
+                        record: Mutex::new(record.clone()),
+                        progress: Progress::default(),
+                    };
+                    jobs.insert(record.job_id.clone(), Arc::new(job));
+                }
+                Err(e) => {
+                    tracing::warn!(path = %entry.path().display(), error = %e, "skipping job")
+                }
+            }
+        }
+        Ok(Self {
+            root,
+            jobs: Mutex::new(jobs),
+        })
+    }
+
+    pub fn root(&self) -> &std::path::Path {
+        &self.root
+    }
+
+    /// Restart every job a previous process left IN_PROGRESS.
+    pub fn resume_all(&self, app: &Arc<App>) {
+        let unfinished: Vec<Arc<Job>> = self
+            .jobs
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|j| j.snapshot().state == JobState::InProgress)
+            .cloned()
+            .collect();
+        for job in unfinished {
+            tracing::info!(job_id = %job.snapshot().job_id, "resuming job");
+            tokio::spawn(backfill::run(app.clone(), job));
+        }
+    }
+
+    fn get(&self, tenant: &str, job_id: &str) -> ApiResult<Arc<Job>> {
+        let job = self.jobs.lock().unwrap().get(job_id).cloned();
+        match job {
+            Some(j) if j.snapshot().tenant == tenant => Ok(j),
+            _ => Err(job_not_found(job_id)),
+        }
+    }
+
+    /// Validate a backfill request completely, record the job and start it. Answers once the
+    /// job is durable; the work happens in the background.
+    pub async fn submit_backfill(
+        &self,
+        app: &Arc<App>,
+        tenant: &str,
+        table_id: Vec<String>,
+        location: String,
+        branch: Option<String>,
+        options: BackfillOptions,
+    ) -> ApiResult<String> {
+        let latest = app.store.latest(&location, branch.as_deref()).await?;
+        let spec = options.check(table_id, branch, latest.version().version)?;
+        crate::field_path::parse(&spec.column)?;
+        backfill::prepare(app, &location, &spec).await?;
+        let creation_ms = now_ms();
+        let job_id = format!(
+            "job-{creation_ms:013}-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        let record = JobRecord {
+            job_id: job_id.clone(),
+            job_type: BACKFILL.to_string(),
+            tenant: tenant.to_string(),
+            location: location.clone(),
+            state: JobState::InProgress,
+            creation_ms,
+            finish_ms: None,
+            spec,
+            plan: None,
+            commits: 0,
+            failure: None,
+            result: None,
+            cancel_requested: false,
+        };
+        let job = Arc::new(Job {
+            dir: JobDir::new(self.root.join(&job_id)),
+            record: Mutex::new(record.clone()),
+            progress: Progress::default(),
+            cancel: AtomicBool::new(false),
+        });
+        {
+            let mut jobs = self.jobs.lock().unwrap();
+            if let Some(other) = jobs
+                .values()
+                .find(|j| same_column_running(&j.snapshot(), &record))
+            {
+                return Err(ApiError::conflict(format!(
+                    "column '{}' already has a backfill in progress (job {})",
+                    record.spec.column,
+                    other.snapshot().job_id
+                )));
+            }
+            job.dir.save(&record)?;
+            jobs.insert(job_id.clone(), job.clone());
+        }
+        tokio::spawn(backfill::run(app.clone(), job));
+        Ok(job_id)
+    }
+
+    pub fn describe(&self, tenant: &str, job_id: &str) -> ApiResult<Value> {
+        Ok(self.get(tenant, job_id)?.describe())
+    }
+
+    /// A tenant's jobs as (job_id, row), optionally only those of one table and/or state.
+    pub fn list(
+        &self,
+        tenant: &str,
+        table: Option<&[String]>,
+        state: Option<JobState>,
+    ) -> Vec<(String, Value)> {
+        let jobs: Vec<Arc<Job>> = self.jobs.lock().unwrap().values().cloned().collect();
+        jobs.into_iter()
+            .filter_map(|j| {
+                let r = j.snapshot();
+                let keep = r.tenant == tenant
+                    && table.is_none_or(|t| t == r.spec.table_id.as_slice())
+                    && state.is_none_or(|s| s == r.state);
+                keep.then(|| (r.job_id.clone(), j.list_row()))
+            })
+            .collect()
+    }
+
+    /// Ask a job to stop and wait (briefly) until it has: work already committed stays,
+    /// staged files are never committed. A finished job cannot be cancelled (409).
+    pub async fn cancel(&self, tenant: &str, job_id: &str) -> ApiResult<Value> {
+        let job = self.get(tenant, job_id)?;
+        let state = job.snapshot().state;
+        if state.is_terminal() {
+            return Err(ApiError::new(
+                ErrorCode::InvalidTableState,
+                format!("job {job_id} already finished ({state:?}); nothing to cancel"),
+            ));
+        }
+        job.cancel.store(true, Ordering::Relaxed);
+        job.update(|r| r.cancel_requested = true)?;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !job.snapshot().state.is_terminal() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(job.describe())
+    }
+}
+
+fn same_column_running(a: &JobRecord, b: &JobRecord) -> bool {
+    a.state == JobState::InProgress
+        && a.location == b.location
+        && a.spec.branch == b.spec.branch
+        && a.spec.column == b.spec.column
+}
+
+/// Where a job reads: its branch at its pinned version.
+fn read_at(spec: &BackfillSpec) -> At {
+    At {
+        branch: spec.branch.clone(),
+        version: Some(spec.read_version),
+    }
+}
