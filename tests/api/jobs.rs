@@ -123,9 +123,10 @@ async fn backfill_fills_null_rows_commits_per_group_and_reports_progress() {
         (0..300).map(|i| (i, Some(format!("row-{i}")))).collect();
     assert_eq!(got, want);
 
-    // The CLI draws the finished job's bar and exits 0.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_lancet"))
-        .args([
+    // The CLI needs a key like any client ...
+    let watch = || {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_lancet"));
+        cmd.args([
             "jobs",
             "watch",
             &job,
@@ -134,8 +135,14 @@ async fn backfill_fills_null_rows_commits_per_group_and_reports_progress() {
             "--interval",
             "0.05",
         ])
-        .output()
-        .unwrap();
+        .env_remove("LANCET_API_KEY");
+        cmd
+    };
+    let refused = watch().output().unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("401"));
+    // ... and with one draws the finished job's bar and exits 0.
+    let out = watch().env("LANCET_API_KEY", ADMIN_KEY).output().unwrap();
     let bar = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{bar}");
     assert!(
@@ -147,6 +154,7 @@ async fn backfill_fills_null_rows_commits_per_group_and_reports_progress() {
     );
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_lancet"))
         .args(["jobs", "watch", "job-nope", "--url", &s.base])
+        .env("LANCET_API_KEY", ADMIN_KEY)
         .output()
         .unwrap();
     assert!(!out.status.success());

@@ -27,14 +27,16 @@ def virtual_column(plugin, entry, inputs):
 
 def test_lancedb_waits_on_backfill_jobs(lancet):
     ids = list(range(-2, 8))
-    lancet.create_table("j", pa.table({"id": ids, "text": [f"Row {i}" for i in ids]}))
-    lancet.post("/v1/table/j/add_columns", {"new_columns": [
+    # Database "test" of the lancedb client is namespace "test" of the tenant.
+    lancet.post("/v1/namespace/test/create")
+    lancet.create_table("test$j", pa.table({"id": ids, "text": [f"Row {i}" for i in ids]}))
+    lancet.post("/v1/table/test$j/add_columns", {"new_columns": [
         {"name": "slug", "virtual_column": virtual_column("slugify", "slugify", ["text"])},
         {"name": "checked", "virtual_column": virtual_column("misbehave", "fail_negative", ["id"])},
     ]})
-    db = lancedb.connect("db://test", api_key="any", host_override=lancet.base, region="us-east-1")
+    db = lancedb.connect("db://test", api_key=lancet.key, host_override=lancet.base, region="us-east-1")
 
-    job_id = lancet.post("/v1/table/j/backfill_column", {"column": "slug"})["job_id"]
+    job_id = lancet.post("/v1/table/test$j/backfill_column", {"column": "slug"})["job_id"]
     job = db.open_job(job_id)
     assert job.wait() is None
     assert job.status() == "finished"
@@ -43,7 +45,7 @@ def test_lancedb_waits_on_backfill_jobs(lancet):
     rows = db.open_table("j").search().select(["id", "slug"]).limit(100).to_arrow().to_pylist()
     assert sorted((r["id"], r["slug"]) for r in rows) == [(i, f"row-{abs(i)}") for i in ids]  # slugs drop the sign
 
-    failing = db.open_job(lancet.post("/v1/table/j/backfill_column", {"column": "checked"})["job_id"])
+    failing = db.open_job(lancet.post("/v1/table/test$j/backfill_column", {"column": "checked"})["job_id"])
     with pytest.raises(Exception) as err:
         failing.wait()
     assert "fail_negative" in str(err.value)

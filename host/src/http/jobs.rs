@@ -62,9 +62,10 @@ pub async fn describe(
     caller: Caller,
     JsonBody(body): JsonBody<JobBody>,
 ) -> ApiResult<Response> {
-    Ok(reply(
+    Ok(reply(as_seen_by(
+        &caller,
         app.jobs.describe(caller.tenant(), job_id(&body)?)?,
-    ))
+    )))
 }
 
 pub async fn cancel(
@@ -72,11 +73,10 @@ pub async fn cancel(
     caller: Caller,
     JsonBody(body): JsonBody<JobBody>,
 ) -> ApiResult<Response> {
-    Ok(reply(
-        app.jobs
-            .cancel(caller.tenant(), job_id(&body)?)
-            .await?,
-    ))
+    Ok(reply(as_seen_by(
+        &caller,
+        app.jobs.cancel(caller.tenant(), job_id(&body)?).await?,
+    )))
 }
 
 #[derive(Deserialize, Default)]
@@ -137,6 +137,28 @@ pub async fn list(
     };
     let rows = app.jobs.list(caller.tenant(), table.as_deref(), state);
     let (rows, next) = paginate(rows, limit, token.as_deref());
-    let jobs: Vec<Value> = rows.into_iter().map(|(_, v)| v).collect();
+    let jobs: Vec<Value> = rows
+        .into_iter()
+        .map(|(_, v)| as_seen_by(&caller, v))
+        .collect();
     Ok(reply(json!({ "jobs": jobs, "page_token": next })))
+}
+
+/// A job description with its table id as the caller names it (without the database prefix
+/// its database header added).
+fn as_seen_by(caller: &Caller, mut job: Value) -> Value {
+    let Some(id) = job["spec"]["table_id"].as_array().and_then(|a| {
+        a.iter()
+            .map(|v| v.as_str().map(str::to_string))
+            .collect::<Option<Vec<_>>>()
+    }) else {
+        return job;
+    };
+    let seen = caller.unresolve(&id);
+    job["spec"]["table_id"] = json!(seen);
+    job["table"] = match job["table"] {
+        Value::String(_) => json!(seen.join("$")),
+        _ => json!(seen),
+    };
+    job
 }

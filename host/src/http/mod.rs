@@ -177,7 +177,11 @@ fn build() -> Routes {
     .post("/v1/table/{id}/branches/list", Read, branches::list)
     .post("/v1/table/{id}/branches/delete", Write, branches::delete)
     // Jobs
-    .post("/v1/table/{id}/backfill_column", Write, jobs::backfill_column)
+    .post(
+        "/v1/table/{id}/backfill_column",
+        Write,
+        jobs::backfill_column,
+    )
     .post("/v1/jobs/describe", Read, jobs::describe)
     .get_post("/v1/jobs/list", Read, jobs::list)
     .post("/v1/jobs/cancel", Write, jobs::cancel)
