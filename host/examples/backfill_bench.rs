@@ -156,6 +156,14 @@ async fn run_floor(dir: &Path, udf: &str, batch: usize) -> Duration {
 }
 
 fn serve_config(dir: &Path) -> lancet::config::ServeConfig {
+    // A key in the auth file, so the server does not create (and print) one.
+    let auth_file = dir.join("_auth/auth.toml");
+    if !auth_file.exists() {
+        let mut file = lancet::auth::AuthFile::default();
+        file.create_key("default", lancet::auth::Role::Admin, vec![], "bench")
+            .unwrap();
+        file.save(&auth_file).unwrap();
+    }
     lancet::config::ServeConfig {
         addr: "127.0.0.1:0".parse().unwrap(),
         data: dir.to_string_lossy().to_string(),
@@ -163,7 +171,7 @@ fn serve_config(dir: &Path) -> lancet::config::ServeConfig {
         udf_timeout_ms: 60_000,
         udf_memory_mb: 256,
         udf_max_output_mb: 256,
-        auth_file: None,
+        auth_file: Some(auth_file),
         host_domain: None,
     }
 }

@@ -316,7 +316,20 @@ async fn context_headers_cannot_change_identity_or_database() {
 async fn database_selects_a_namespace_and_scopes_bind() {
     let data = tempfile::tempdir().unwrap();
     let s = Server::start_with(data, &[("LANCET_HOST_DOMAIN", "lancet.test")]).await;
-    let sales = [("x-service-database", "sales")];
+    let get =
+        |c: &reqwest::Client, path: &str, headers: &'static [(&'static str, &'static str)]| {
+            call(c, Method::GET, s.url(path), headers, json!({}))
+        };
+    let count =
+        |c: &reqwest::Client, table: &str, headers: &'static [(&'static str, &'static str)]| {
+            call(
+                c,
+                Method::POST,
+                s.url(&format!("/v1/table/{table}/count_rows")),
+                headers,
+                json!({}),
+            )
+        };
     // The extended deployment's create and list (spec 4.16).
     let r = s
         .client
@@ -328,14 +341,7 @@ async fn database_selects_a_namespace_and_scopes_bind() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
-    let (status, list, _) = call(
-        &s.client,
-        Method::GET,
-        s.url("/v1/tables"),
-        &sales,
-        json!({}),
-    )
-    .await;
+    let (status, list, _) = get(&s.client, "/v1/tables", &[("x-service-database", "sales")]).await;
     assert_eq!(
         (status, &list["tables"]),
         (200, &json!(["orders"])),
@@ -343,78 +349,55 @@ async fn database_selects_a_namespace_and_scopes_bind() {
     );
     // A namespace client without the header sees it inside namespace "sales".
     assert_eq!(s.count("sales$orders", json!({})).await, 4);
-    let (_, root, _) = call(&s.client, Method::GET, s.url("/v1/tables"), &[], json!({})).await;
-    assert_eq!(root["tables"], json!([]));
+    assert_eq!(
+        get(&s.client, "/v1/tables", &[]).await.1["tables"],
+        json!([])
+    );
     // The lancedb header and the host name select it too.
-    let (_, list, _) = call(
-        &s.client,
-        Method::GET,
-        s.url("/v1/table"),
-        &[("x-lancedb-database", "sales")],
-        json!({}),
-    )
-    .await;
-    assert_eq!(list["tables"], json!(["orders"]));
-    let (_, list, _) = call(
-        &s.client,
-        Method::GET,
-        s.url("/v1/tables"),
-        &[("host", "sales.lancet.test")],
-        json!({}),
-    )
-    .await;
-    assert_eq!(list["tables"], json!(["orders"]));
-    let (_, n, _) = call(
-        &s.client,
-        Method::POST,
-        s.url("/v1/table/orders/count_rows"),
-        &sales,
-        json!({}),
-    )
-    .await;
-    assert_eq!(n, json!(4));
+    for (path, headers) in [
+        ("/v1/table", &[("x-lancedb-database", "sales")]),
+        ("/v1/tables", &[("host", "sales.lancet.test")]),
+    ] {
+        assert_eq!(
+            get(&s.client, path, headers).await.1["tables"],
+            json!(["orders"]),
+            "{headers:?}"
+        );
+    }
+    assert_eq!(
+        count(&s.client, "orders", &[("x-service-database", "sales")])
+            .await
+            .1,
+        json!(4)
+    );
 
     // A key scoped to namespace "sales": fine there, 403 for any other database or the root.
     let scoped = client_with_key(&s.new_key("default", "write", &["sales"]).await);
-    let (status, n, _) = call(
-        &scoped,
-        Method::POST,
-        s.url("/v1/table/orders/count_rows"),
-        &sales,
-        json!({}),
-    )
-    .await;
+    let (status, n, _) = count(&scoped, "orders", &[("x-service-database", "sales")]).await;
     assert_eq!((status, n), (200, json!(4)));
-    let (status, n, _) = call(
-        &scoped,
-        Method::POST,
-        s.url("/v1/table/sales$orders/count_rows"),
-        &[],
-        json!({}),
-    )
-    .await;
+    let (status, n, _) = count(&scoped, "sales$orders", &[]).await;
     assert_eq!((status, n), (200, json!(4)));
-    for (headers, path) in [
-        (&[("x-service-database", "marketing")][..], "/v1/tables"),
-        (&[][..], "/v1/tables"),
-        (&[][..], "/v1/namespace/$/list"),
-    ] {
-        let method = if path.contains("namespace") {
-            Method::POST
-        } else {
-            Method::GET
-        };
-        let (status, body, _) = call(&scoped, method, s.url(path), headers, json!({})).await;
+    let refused = [
+        get(
+            &scoped,
+            "/v1/tables",
+            &[("x-service-database", "marketing")],
+        )
+        .await,
+        get(&scoped, "/v1/tables", &[]).await,
+        call(
+            &scoped,
+            Method::POST,
+            s.url("/v1/namespace/$/list"),
+            &[],
+            json!({}),
+        )
+        .await,
+    ];
+    for (status, body, _) in refused {
         assert_error(status, &body, 403, PERMISSION_DENIED);
     }
-    let (status, body, _) = call(
-        &s.client,
-        Method::GET,
-        s.url("/v1/tables"),
-        &[("x-service-database", "a/b")],
-        json!({}),
-    )
-    .await;
+    let (status, body, _) = get(&s.client, "/v1/tables", &[("x-service-database", "a/b")]).await;
     assert_error(status, &body, 400, 13);
 }
 
