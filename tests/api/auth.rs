@@ -316,20 +316,15 @@ async fn context_headers_cannot_change_identity_or_database() {
 async fn database_selects_a_namespace_and_scopes_bind() {
     let data = tempfile::tempdir().unwrap();
     let s = Server::start_with(data, &[("LANCET_HOST_DOMAIN", "lancet.test")]).await;
-    let get =
-        |c: &reqwest::Client, path: &str, headers: &'static [(&'static str, &'static str)]| {
-            call(c, Method::GET, s.url(path), headers, json!({}))
-        };
-    let count =
-        |c: &reqwest::Client, table: &str, headers: &'static [(&'static str, &'static str)]| {
-            call(
-                c,
-                Method::POST,
-                s.url(&format!("/v1/table/{table}/count_rows")),
-                headers,
-                json!({}),
-            )
-        };
+    type Headers = &'static [(&'static str, &'static str)];
+    let get = |c: &reqwest::Client, path: &str, headers: Headers| {
+        let (c, url) = (c.clone(), s.url(path));
+        async move { call(&c, Method::GET, url, headers, json!({})).await }
+    };
+    let count = |c: &reqwest::Client, table: &str, headers: Headers| {
+        let (c, url) = (c.clone(), s.url(&format!("/v1/table/{table}/count_rows")));
+        async move { call(&c, Method::POST, url, headers, json!({})).await }
+    };
     // The extended deployment's create and list (spec 4.16).
     let r = s
         .client
