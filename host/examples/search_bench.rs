@@ -106,7 +106,10 @@ impl Served {
         let mut line = String::new();
         loop {
             line.clear();
-            assert!(reader.read_line(&mut line).unwrap() > 0, "server exited");
+            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                let status = child.wait();
+                panic!("server exited before listening: {status:?}");
+            }
             if let Some(base) = line.trim().strip_prefix("listening on ") {
                 let base = base.to_string();
                 std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
