@@ -96,6 +96,8 @@ struct Served {
 }
 
 impl Served {
+    // The child is reaped by `Drop` once it is a `Served`, or just below if it never listens.
+    #[allow(clippy::zombie_processes)]
     fn start(mut cmd: Command) -> Served {
         let mut child = cmd
             .stdout(Stdio::piped())
