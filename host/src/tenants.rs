@@ -13,7 +13,10 @@ use crate::error::{ApiError, ApiResult};
 pub struct Tenants {
     root: String,
     session: Arc<Session>,
-    catalogs: tokio::sync::Mutex<HashMap<String, Arc<Catalog>>>,
+    /// Read on every request; written once per tenant.
+    catalogs: std::sync::RwLock<HashMap<String, Arc<Catalog>>>,
+    /// Serialises first opens, so a tenant's catalog is opened once.
+    opening: tokio::sync::Mutex<()>,
 }
 
 impl Tenants {
@@ -22,6 +25,7 @@ impl Tenants {
             root: root.trim_end_matches('/').to_string(),
             session,
             catalogs: Default::default(),
+            opening: Default::default(),
         }
     }
 
@@ -35,9 +39,12 @@ impl Tenants {
     }
 
     pub async fn catalog(&self, tenant: &str) -> ApiResult<Arc<Catalog>> {
+        if let Some(c) = self.catalogs.read().unwrap().get(tenant) {
+            return Ok(c.clone());
+        }
         crate::auth::check_tenant_name(tenant).map_err(ApiError::invalid)?;
-        let mut catalogs = self.catalogs.lock().await;
-        if let Some(c) = catalogs.get(tenant) {
+        let _opening = self.opening.lock().await;
+        if let Some(c) = self.catalogs.read().unwrap().get(tenant) {
             return Ok(c.clone());
         }
         let root = self.tenant_root(tenant);
@@ -46,7 +53,10 @@ impl Tenants {
                 .map_err(|e| ApiError::internal(format!("cannot create tenant directory: {e}")))?;
         }
         let catalog = Arc::new(Catalog::open(&root, self.session.clone()).await?);
-        catalogs.insert(tenant.to_string(), catalog.clone());
+        self.catalogs
+            .write()
+            .unwrap()
+            .insert(tenant.to_string(), catalog.clone());
         Ok(catalog)
     }
 }

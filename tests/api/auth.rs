@@ -153,8 +153,11 @@ async fn roles_are_enforced_on_every_route() {
 #[tokio::test]
 async fn tenants_cannot_see_or_touch_each_other() {
     let s = Server::start().await;
-    let a = client_with_key(&s.new_key("alpha", "admin", &[]).await);
-    let b = client_with_key(&s.new_key("beta", "admin", &[]).await);
+    let (ha, hb) = (
+        s.with_key(&s.new_key("alpha", "admin", &[]).await),
+        s.with_key(&s.new_key("beta", "admin", &[]).await),
+    );
+    let (a, b) = (ha.client.clone(), hb.client.clone());
     let post = |c: &reqwest::Client, path: &str, body: Value| {
         let c = c.clone();
         let url = s.url(path);
@@ -165,14 +168,10 @@ async fn tenants_cannot_see_or_touch_each_other() {
         post(&a, "/v1/namespace/secret/create", json!({})).await.0,
         200
     );
-    let r = a
-        .post(s.url("/v1/table/secret$orders/create"))
-        .header("content-type", "application/vnd.apache.arrow.stream")
-        .body(ipc_stream(&sample(0, 7)))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    let (status, v) = ha
+        .post_arrow("/v1/table/secret$orders/create", &sample(0, 7))
+        .await;
+    assert_eq!(status, 200, "{v}");
 
     // Beta's probes answer exactly as for things that do not exist.
     let probes = [
@@ -236,14 +235,10 @@ async fn tenants_cannot_see_or_touch_each_other() {
         post(&b, "/v1/namespace/secret/create", json!({})).await.0,
         200
     );
-    let r = b
-        .post(s.url("/v1/table/secret$orders/create"))
-        .header("content-type", "application/vnd.apache.arrow.stream")
-        .body(ipc_stream(&sample(100, 2)))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    let (status, v) = hb
+        .post_arrow("/v1/table/secret$orders/create", &sample(100, 2))
+        .await;
+    assert_eq!(status, 200, "{v}");
     let (_, n, _) = post(
         &b,
         "/v1/table/secret$orders/delete",
