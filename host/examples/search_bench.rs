@@ -5,7 +5,7 @@
 //!
 //! ```sh
 //! cargo build --release --bin lancet --example search_bench --features bench-upstream
-//! target/release/examples/search_bench [--rows 100000] [--requests 200]
+//! target/release/examples/search_bench [--rows 100000] [--requests 200] [--only full-text]
 //! ```
 //! (with `CARGO_TARGET_DIR` set, the binaries are under it). The data is generated with a
 //! fixed seed; both servers run as child processes so their RSS is their own.
@@ -14,6 +14,11 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+// The in-process floor uses the same allocator as the `lancet` binary, so the ratio measures
+// the server, not the allocator.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use arrow_array::{FixedSizeListArray, Float32Array, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{DataType, Field, Schema};
@@ -328,6 +333,11 @@ async fn main() {
     }
     let rows = arg(&args, "--rows", 100_000);
     let requests = arg(&args, "--requests", 200);
+    // `--only <text>`: run just the queries whose name contains it (for profiling one path).
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1).cloned());
     let exe = std::env::current_exe().unwrap();
     let bin = exe.parent().unwrap().parent().unwrap().join("lancet");
     assert!(
@@ -398,6 +408,11 @@ async fn main() {
     let mut up = Command::new(&exe);
     up.arg("upstream").arg(&tenant_root);
     let upstream = Served::start(up);
+    println!(
+        "servers: lancet pid {}, upstream pid {}",
+        ours.child.id(),
+        upstream.child.id()
+    );
     let ds = Arc::new(Dataset::open(&location).await.unwrap());
     let plain = reqwest::Client::new();
 
@@ -434,7 +449,10 @@ async fn main() {
         "ours/ip"
     );
     let cell = |s: &Stats| format!("{:.2}/{:.2} ({:.0})", s.p50, s.p99, s.qps);
-    for q in &queries {
+    for q in queries
+        .iter()
+        .filter(|q| only.as_ref().is_none_or(|o| q.name().contains(o.as_str())))
+    {
         for clients in [1usize, 8] {
             let n = if clients == 1 { requests } else { requests * 4 };
             let mut results = Vec::new();

@@ -3,6 +3,9 @@
 use clap::{Parser, Subcommand};
 use lancet::config::ServeConfig;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "lancet",

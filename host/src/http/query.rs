@@ -1,6 +1,7 @@
 //! `/v1/table/{id}/{query,explain_plan,analyze_plan}`. Query results are written as Arrow IPC
-//! (file format by default, stream format when `Accept` asks for it) batch by batch as lance
-//! produces them, so a large scan never sits whole in memory.
+//! (file format by default, stream format when `Accept` asks for it). A small answer is sent
+//! whole; a large one batch by batch as lance produces it, so a large scan never sits whole in
+//! memory.
 
 use arrow_ipc::writer::{FileWriter, StreamWriter};
 use axum::body::Body;
@@ -19,6 +20,8 @@ use crate::store::At;
 
 const STREAM_TYPE: &str = "application/vnd.apache.arrow.stream";
 const FILE_TYPE: &str = "application/vnd.apache.arrow.file";
+/// Answers up to about this size are sent whole; larger ones are streamed batch by batch.
+const BUFFERED_ANSWER_BYTES: usize = 1 << 20;
 
 async fn dataset_for(
     app: &AppState,
@@ -66,24 +69,45 @@ pub async fn query(
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|a| a.contains(STREAM_TYPE));
+    let content_type = HeaderValue::from_static(if as_stream { STREAM_TYPE } else { FILE_TYPE });
+    let mut writer = IpcOut::new(as_stream, &schema).map_err(ApiError::from)?;
+    // Most answers (top-k searches, filtered lookups) are small: encode them whole and answer
+    // in one write. Only an answer that outgrows the buffer is streamed from a task, so small
+    // queries pay no task, channel or chunked framing.
+    let mut buffered = Vec::new();
+    let mut size = 0;
+    if let Some(batch) = first {
+        let bytes = writer.write(&batch).map_err(ApiError::from)?;
+        size += bytes.len();
+        buffered.push(bytes);
+    }
+    while size < BUFFERED_ANSWER_BYTES {
+        match stream.next().await {
+            Some(batch) => {
+                let bytes = writer
+                    .write(&batch.map_err(ApiError::from)?)
+                    .map_err(ApiError::from)?;
+                size += bytes.len();
+                buffered.push(bytes);
+            }
+            None => {
+                buffered.push(writer.finish().map_err(ApiError::from)?);
+                let mut response = Body::from(buffered.concat()).into_response();
+                response
+                    .headers_mut()
+                    .insert(header::CONTENT_TYPE, content_type);
+                return Ok(response);
+            }
+        }
+    }
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<bytes::Bytes, std::io::Error>>(4);
     tokio::spawn(async move {
-        let mut writer = match IpcOut::new(as_stream, &schema) {
-            Ok(w) => w,
-            Err(e) => {
-                let _ = tx.send(Err(std::io::Error::other(e.to_string()))).await;
-                return;
+        for bytes in buffered {
+            if tx.send(Ok(bytes)).await.is_err() {
+                return; // client went away
             }
-        };
-        let mut next = first.map(Ok);
-        loop {
-            let batch = match next.take() {
-                Some(b) => b,
-                None => match stream.next().await {
-                    Some(b) => b,
-                    None => break,
-                },
-            };
+        }
+        while let Some(batch) = stream.next().await {
             let chunk = batch
                 .map_err(|e| e.to_string())
                 .and_then(|b| writer.write(&b).map_err(|e| e.to_string()));
@@ -112,10 +136,9 @@ pub async fn query(
     });
     let body = Body::from_stream(tokio_stream_from(rx));
     let mut response = body.into_response();
-    let content_type = if as_stream { STREAM_TYPE } else { FILE_TYPE };
     response
         .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+        .insert(header::CONTENT_TYPE, content_type);
     Ok(response)
 }
 

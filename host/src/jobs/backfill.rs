@@ -422,6 +422,9 @@ async fn run_task(ctx: &Arc<Ctx>, task: Task) -> Result<(), Stop> {
             .collect();
         let (values, nulled) = if picked.is_empty() {
             (old, 0)
+        } else if picked.len() == sb.batch.num_rows() {
+            // Every row selected (a first backfill): no gather before or merge after the call.
+            compute(ctx, &sb.batch, &picked, sb.start, task.fragment, &mut size).await?
         } else {
             let input = arrow_select::take::take_record_batch(
                 &sb.batch,
