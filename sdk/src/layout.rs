@@ -157,7 +157,7 @@ impl Collector {
         let offsets = &all[data.offset()..data.offset() + data.len() + 1];
         let (first, last) = (offsets[0].as_usize(), offsets[data.len()].as_usize());
         let rebased = match first {
-            0 => data.buffers()[0].slice_with_length(data.offset() * size, offsets.len() * size),
+            0 => data.buffers()[0].slice_with_length(data.offset() * size, size_of_val(offsets)),
             _ => offsets
                 .iter()
                 .map(|&o| o - O::usize_as(first))
