@@ -4,8 +4,11 @@ use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_buffer::Buffer;
+use arrow_ipc::MetadataVersion;
 use arrow_ipc::reader::{FileDecoder, StreamDecoder};
-use arrow_ipc::writer::StreamWriter;
+use arrow_ipc::writer::{
+    DictionaryTracker, EncodedData, IpcDataGenerator, IpcWriteOptions, StreamWriter, write_message,
+};
 use arrow_ipc::{Block, MessageHeader};
 use arrow_schema::{Field, Schema};
 
@@ -98,14 +101,45 @@ pub fn decode_batch(mut input: Buffer) -> Result<RecordBatch, UdfError> {
     Err(UdfError::new("stream holds no record batch"))
 }
 
+/// Body alignment of result streams (arrow's default).
+const ALIGNMENT: usize = 64;
+/// End-of-stream marker: continuation word, zero length.
+const EOS: [u8; 8] = [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0];
+
 /// Appends `column` to `out` as an IPC stream of one single-column batch.
+///
+/// The column's buffers are copied once, straight into `out` ([`crate::layout`]); arrow's
+/// `StreamWriter` would first copy them into a body buffer of its own (growing it as it
+/// goes). Same bytes either way; types the layout does not cover use the `StreamWriter`.
 pub fn encode_column(column: &ArrayRef, out: &mut Vec<u8>) -> Result<(), UdfError> {
     let field = Field::new(RESULT_FIELD, column.data_type().clone(), true);
     let schema = Arc::new(Schema::new(vec![field]));
     let batch = RecordBatch::try_new(schema, vec![column.clone()])?;
-    let mut writer = StreamWriter::try_new(out, &batch.schema())?;
-    writer.write(&batch)?;
-    writer.finish()?;
+    let Some(direct) = crate::layout::lay_out(&batch, ALIGNMENT) else {
+        let mut writer = StreamWriter::try_new(out, &batch.schema())?;
+        writer.write(&batch)?;
+        writer.finish()?;
+        return Ok(());
+    };
+    let options = IpcWriteOptions::try_new(ALIGNMENT, false, MetadataVersion::V5)?;
+    let schema = IpcDataGenerator::default().schema_to_bytes_with_dictionary_tracker(
+        &batch.schema(),
+        &mut DictionaryTracker::new(false),
+        &options,
+    );
+    write_message(&mut *out, schema, &options)?;
+    let header = EncodedData {
+        ipc_message: direct.header,
+        arrow_data: Vec::new(),
+    };
+    write_message(&mut *out, header, &options)?;
+    out.reserve(direct.body_len + EOS.len());
+    for piece in &direct.pieces {
+        out.extend_from_slice(piece.as_slice());
+        let padded = out.len() + (piece.len().next_multiple_of(ALIGNMENT) - piece.len());
+        out.resize(padded, 0);
+    }
+    out.extend_from_slice(&EOS);
     Ok(())
 }
 

@@ -15,6 +15,7 @@ pub mod abi;
 mod config;
 mod error;
 pub mod ipc;
+pub mod layout;
 mod macros;
 pub mod map;
 

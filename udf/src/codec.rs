@@ -12,10 +12,11 @@ use arrow_ipc::writer::{
     CompressionContext, DictionaryTracker, EncodedData, IpcDataGenerator, IpcWriteOptions,
     write_message,
 };
-use arrow_schema::DataType;
+use arrow_schema::{ArrowError, DataType};
 use std::io::Write;
 
 use crate::UdfError;
+use lancet_sdk::layout::{self as input_layout, DirectBatch};
 
 /// An IPC stream ends with this marker (or its pre-1.0 four-zero-byte form).
 const EOS: [u8; 8] = [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0];
@@ -24,8 +25,17 @@ const EOS: [u8; 8] = [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0];
 /// assembled only once, directly in guest memory (one copy fewer than encoding into a host
 /// buffer and copying that in).
 pub(crate) struct EncodedInput {
-    messages: Vec<EncodedData>,
+    schema: EncodedData,
+    batch: BatchMessage,
     len: usize,
+}
+
+/// The record batch, laid out from the batch's own buffers where possible.
+enum BatchMessage {
+    /// Header plus borrowed buffers: the data is copied once, into guest memory.
+    Direct(DirectBatch),
+    /// arrow's encoder (body already copied into a host buffer): dictionaries, then the batch.
+    Encoded(Vec<EncodedData>),
 }
 
 /// Body alignment of the input stream (arrow's default, and enough for every Arrow type).
@@ -37,31 +47,47 @@ fn write_options() -> IpcWriteOptions {
         .expect("valid static IPC options")
 }
 
+/// Bytes a message takes in the stream. Mirrors arrow_ipc::writer::write_message: 8-byte
+/// prefix + flatbuffer, padded to the alignment, then the (already padded) body.
+fn framed(header_len: usize, body_len: usize) -> usize {
+    (header_len + 8).next_multiple_of(ALIGNMENT) + body_len
+}
+
 pub(crate) fn encode_input(batch: &RecordBatch) -> Result<EncodedInput, UdfError> {
     let options = write_options();
     let generator = IpcDataGenerator::default();
     let mut tracker = DictionaryTracker::new(false);
     let schema =
         generator.schema_to_bytes_with_dictionary_tracker(&batch.schema(), &mut tracker, &options);
-    let (dictionaries, data) = generator
-        .encode(
-            batch,
-            &mut tracker,
-            &options,
-            &mut CompressionContext::default(),
-        )
-        .map_err(|e| UdfError::BadInput(e.to_string()))?;
-    let mut messages = Vec::with_capacity(dictionaries.len() + 2);
-    messages.push(schema);
-    messages.extend(dictionaries);
-    messages.push(data);
-    let align = ALIGNMENT - 1;
-    // Mirrors arrow_ipc::writer::write_message: 8-byte prefix + flatbuffer, padded to the
-    // alignment, then the (already padded) body.
-    let framed =
-        |m: &EncodedData| ((m.ipc_message.len() + 8 + align) & !align) + m.arrow_data.len();
-    let len = messages.iter().map(framed).sum::<usize>() + EOS.len();
-    Ok(EncodedInput { messages, len })
+    let batch_message = match input_layout::lay_out(batch, ALIGNMENT) {
+        Some(direct) => BatchMessage::Direct(direct),
+        None => {
+            let (dictionaries, data) = generator
+                .encode(
+                    batch,
+                    &mut tracker,
+                    &options,
+                    &mut CompressionContext::default(),
+                )
+                .map_err(|e| UdfError::BadInput(e.to_string()))?;
+            let mut messages = dictionaries;
+            messages.push(data);
+            BatchMessage::Encoded(messages)
+        }
+    };
+    let body = match &batch_message {
+        BatchMessage::Direct(d) => framed(d.header.len(), d.body_len),
+        BatchMessage::Encoded(messages) => messages
+            .iter()
+            .map(|m| framed(m.ipc_message.len(), m.arrow_data.len()))
+            .sum(),
+    };
+    let len = framed(schema.ipc_message.len(), 0) + body + EOS.len();
+    Ok(EncodedInput {
+        schema,
+        batch: batch_message,
+        len,
+    })
 }
 
 impl EncodedInput {
@@ -74,13 +100,28 @@ impl EncodedInput {
     pub(crate) fn write_to(self, out: &mut [u8]) -> Result<(), UdfError> {
         let options = write_options();
         let mut writer = SliceWriter { out, pos: 0 };
-        for message in self.messages {
-            write_message(&mut writer, message, &options)
-                .map_err(|e| UdfError::Internal(format!("laying out the input stream: {e}")))?;
+        let layout_error =
+            |e: ArrowError| UdfError::Internal(format!("laying out the input stream: {e}"));
+        write_message(&mut writer, self.schema, &options).map_err(layout_error)?;
+        match self.batch {
+            BatchMessage::Direct(direct) => {
+                let header = EncodedData {
+                    ipc_message: direct.header,
+                    arrow_data: Vec::new(),
+                };
+                write_message(&mut writer, header, &options).map_err(layout_error)?;
+                for piece in &direct.pieces {
+                    writer.put(piece.as_slice())?;
+                    writer.pad(piece.len().next_multiple_of(ALIGNMENT) - piece.len())?;
+                }
+            }
+            BatchMessage::Encoded(messages) => {
+                for message in messages {
+                    write_message(&mut writer, message, &options).map_err(layout_error)?;
+                }
+            }
         }
-        writer
-            .write_all(&EOS)
-            .map_err(|e| UdfError::Internal(e.to_string()))?;
+        writer.put(&EOS)?;
         if writer.pos != writer.out.len() {
             return Err(UdfError::Internal("input stream length miscomputed".into()));
         }
@@ -91,6 +132,24 @@ impl EncodedInput {
 struct SliceWriter<'a> {
     out: &'a mut [u8],
     pos: usize,
+}
+
+impl SliceWriter<'_> {
+    fn put(&mut self, bytes: &[u8]) -> Result<(), UdfError> {
+        self.write_all(bytes)
+            .map_err(|_| UdfError::Internal("input stream length miscomputed".into()))
+    }
+
+    /// Zeroes `n` bytes of padding (guest buffers are not zeroed).
+    fn pad(&mut self, n: usize) -> Result<(), UdfError> {
+        let dst = self
+            .out
+            .get_mut(self.pos..self.pos + n)
+            .ok_or_else(|| UdfError::Internal("input stream length miscomputed".into()))?;
+        dst.fill(0);
+        self.pos += n;
+        Ok(())
+    }
 }
 
 impl Write for SliceWriter<'_> {
@@ -274,6 +333,97 @@ mod tests {
         assert!(matches!(err, UdfError::BadOutput { .. }), "{err}");
         let truncated = bytes[..bytes.len() / 2].to_vec();
         assert!(decode_output(Buffer::from_vec(truncated), 2, None, "t").is_err());
+    }
+
+    /// The direct layout must produce arrow's bytes for every type it covers, including
+    /// sliced columns (batches are split into calls) and nulls.
+    #[test]
+    fn direct_layout_matches_arrow_bytes() {
+        use arrow_array::builder::{FixedSizeListBuilder, Float32Builder};
+        use arrow_array::{BooleanArray, LargeStringArray, StringArray, StructArray};
+        let strings: ArrayRef = Arc::new(StringArray::from(vec![
+            Some("a"),
+            None,
+            Some("héllo"),
+            Some(""),
+            Some("xyz"),
+            None,
+            Some("last"),
+            Some("0123456789"),
+            Some("z"),
+        ]));
+        let large: ArrayRef = Arc::new(LargeStringArray::from(vec![Some("l"); 9]));
+        let ints: ArrayRef = Arc::new(Int64Array::from((0..9).collect::<Vec<i64>>()));
+        let nullable: ArrayRef = Arc::new(Int64Array::from(vec![
+            Some(1),
+            None,
+            Some(3),
+            None,
+            Some(5),
+            Some(6),
+            None,
+            Some(8),
+            Some(9),
+        ]));
+        let bools: ArrayRef = Arc::new(BooleanArray::from(vec![
+            Some(true),
+            Some(false),
+            None,
+            Some(true),
+            Some(true),
+            Some(false),
+            Some(true),
+            None,
+            Some(false),
+        ]));
+        let mut vectors = FixedSizeListBuilder::new(Float32Builder::new(), 3);
+        for i in 0..9 {
+            vectors.values().append_slice(&[i as f32, 1.0, 2.0]);
+            vectors.append(i % 4 != 1);
+        }
+        let vectors: ArrayRef = Arc::new(vectors.finish());
+        let structs: ArrayRef = Arc::new(StructArray::from(vec![
+            (
+                Arc::new(Field::new("s", DataType::Utf8, true)),
+                strings.clone(),
+            ),
+            (
+                Arc::new(Field::new("i", DataType::Int64, true)),
+                nullable.clone(),
+            ),
+        ]));
+        let batch = RecordBatch::try_from_iter([
+            ("strings", strings),
+            ("large", large),
+            ("ints", ints),
+            ("nullable", nullable),
+            ("bools", bools),
+            ("vectors", vectors),
+            ("structs", structs),
+        ])
+        .unwrap();
+        for (offset, len) in [(0, 9), (0, 4), (3, 5), (1, 0), (8, 1)] {
+            let part = batch.slice(offset, len);
+            assert!(input_layout::lay_out(&part, ALIGNMENT).is_some());
+            let encoded = encode_input(&part).unwrap();
+            let mut out = vec![0xAA; encoded.len()];
+            encoded.write_to(&mut out).unwrap();
+            let mut reference = Vec::new();
+            let mut w =
+                arrow_ipc::writer::StreamWriter::try_new(&mut reference, &part.schema()).unwrap();
+            w.write(&part).unwrap();
+            w.finish().unwrap();
+            assert_eq!(out, reference, "slice {offset}+{len}");
+        }
+    }
+
+    #[test]
+    fn uncovered_types_fall_back_to_arrows_encoder() {
+        use arrow_array::{DictionaryArray, types::Int32Type};
+        let dict: DictionaryArray<Int32Type> = vec!["a", "b", "a"].into_iter().collect();
+        let batch = RecordBatch::try_from_iter([("d", Arc::new(dict) as ArrayRef)]).unwrap();
+        assert!(input_layout::lay_out(&batch, ALIGNMENT).is_none());
+        stream_of(batch.column(0).clone());
     }
 
     #[test]
