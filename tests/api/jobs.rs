@@ -222,9 +222,13 @@ async fn where_selects_rows_and_unselected_rows_keep_their_values() {
     );
     assert!(doubled(&s, "w").await.iter().all(|(_, v)| v.is_none()));
 
-    // Only ids < 30; every other row keeps its (null) value.
+    // Only ids < 30; every other row keeps its (null) value. Small, growing calls (4, 8, 16,
+    // ... rows) split the selected rows of one read batch over several results to merge back.
     let job = s
-        .backfill("w", json!({"column": "dbl", "where": "id < 30"}))
+        .backfill(
+            "w",
+            json!({"column": "dbl", "where": "id < 30", "checkpoint_size": 4, "min_checkpoint_size": 1}),
+        )
         .await;
     let d = s.wait_job(&job).await;
     assert_eq!(d["job_state"], "DONE", "{d}");

@@ -2,6 +2,39 @@ use serde_json::json;
 
 use crate::common::*;
 
+/// Answers past the 1 MiB the handler sends whole are streamed batch by batch: every row must
+/// still arrive, once, in both IPC formats.
+#[tokio::test]
+async fn large_answers_stream_every_row_in_both_formats() {
+    let s = Server::start().await;
+    let n = 60_000;
+    s.create_table("big", n).await;
+    let rows = s.query("big", json!({})).await;
+    let mut got = ids(&rows);
+    assert!(rows.len() > 1, "a {n}-row answer comes in several batches");
+    got.sort();
+    assert_eq!(got, (0..n).collect::<Vec<_>>());
+    let bytes = s
+        .client
+        .post(s.url("/v1/table/big/query"))
+        .header("accept", "application/vnd.apache.arrow.stream")
+        .json(&json!({"filter": "id >= 100"}))
+        .send()
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    assert!(bytes.len() > 1 << 20, "the answer is {} bytes", bytes.len());
+    let reader =
+        arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes.to_vec()), None)
+            .unwrap();
+    let batches: Vec<_> = reader.collect::<Result<_, _>>().unwrap();
+    let mut got = ids(&batches);
+    got.sort();
+    assert_eq!(got, (100..n).collect::<Vec<_>>());
+}
+
 #[tokio::test]
 async fn filtered_scan_and_vector_search() {
     let s = Server::start().await;

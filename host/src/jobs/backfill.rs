@@ -421,9 +421,9 @@ async fn run_task(ctx: &Arc<Ctx>, task: Task) -> Result<(), Stop> {
             .filter(|i| sb.selected[*i as usize])
             .collect();
         let (values, nulled) = if picked.is_empty() {
-            (old, 0)
+            (vec![old], 0)
         } else if picked.len() == sb.batch.num_rows() {
-            // Every row selected (a first backfill): no gather before or merge after the call.
+            // Every row selected (a first backfill): no gather before or merge after the calls.
             compute(ctx, &sb.batch, &picked, sb.start, task.fragment, &mut size).await?
         } else {
             let input = arrow_select::take::take_record_batch(
@@ -431,26 +431,30 @@ async fn run_task(ctx: &Arc<Ctx>, task: Task) -> Result<(), Stop> {
                 &UInt32Array::from(picked.clone()),
             )
             .map_err(ApiError::from)?;
-            let (computed, nulled) =
+            let (parts, nulled) =
                 compute(ctx, &input, &picked, sb.start, task.fragment, &mut size).await?;
             // Unselected rows keep their current value: the file replaces the whole column.
-            let mut next = 0;
+            // Source 0 is the current column, sources 1.. the calls' results in order.
+            let (mut part, mut pos) = (0, 0);
             let indices: Vec<(usize, usize)> = sb
                 .selected
                 .iter()
                 .enumerate()
                 .map(|(i, s)| {
-                    if *s {
-                        next += 1;
-                        (1, next - 1)
-                    } else {
-                        (0, i)
+                    if !*s {
+                        return (0, i);
                     }
+                    while pos == parts[part].len() {
+                        (part, pos) = (part + 1, 0);
+                    }
+                    pos += 1;
+                    (part + 1, pos - 1)
                 })
                 .collect();
-            let merged =
-                interleave(&[old.as_ref(), computed.as_ref()], &indices).map_err(ApiError::from)?;
-            (merged, nulled)
+            let mut sources: Vec<&dyn arrow_array::Array> = vec![old.as_ref()];
+            sources.extend(parts.iter().map(|a| a.as_ref()));
+            let merged = interleave(&sources, &indices).map_err(ApiError::from)?;
+            (vec![merged], nulled)
         };
         ctx.job
             .progress
@@ -463,7 +467,7 @@ async fn run_task(ctx: &Arc<Ctx>, task: Task) -> Result<(), Stop> {
         pending.end = sb.start + sb.batch.num_rows() as u64;
         pending.selected += picked.len() as u64;
         pending.nulled += nulled;
-        buffer.push(values);
+        buffer.extend(values);
         let buffered = (pending.end - pending.start) as usize;
         if last_flush.elapsed() >= flush_every
             || buffered >= MAX_BUFFERED_BATCHES * spec.max_checkpoint_size
@@ -487,7 +491,7 @@ async fn run_task(ctx: &Arc<Ctx>, task: Task) -> Result<(), Stop> {
 
 /// Run the UDF over `input` (the selected rows of one read batch) in calls of the adaptive
 /// `size`, `intra_applier_concurrency` at a time. `picked` maps input rows to batch rows, for
-/// naming the rows of a failed call.
+/// naming the rows of a failed call. Returns the calls' results in order (not concatenated).
 async fn compute(
     ctx: &Arc<Ctx>,
     input: &arrow_array::RecordBatch,
@@ -495,7 +499,7 @@ async fn compute(
     batch_start: u64,
     fragment: u64,
     size: &mut usize,
-) -> Result<(ArrayRef, u64), Stop> {
+) -> Result<(Vec<ArrayRef>, u64), Stop> {
     let spec = &ctx.spec;
     let mut results = Vec::new();
     let mut nulled = 0;
@@ -543,9 +547,7 @@ async fn compute(
             spec.max_checkpoint_size,
         );
     }
-    let refs: Vec<&dyn arrow_array::Array> = results.iter().map(|a| a.as_ref()).collect();
-    let all = arrow_select::concat::concat(&refs).map_err(ApiError::from)?;
-    Ok((all, nulled))
+    Ok((results, nulled))
 }
 
 /// Next call size: double while calls are much quicker than the target, halve when much slower.
@@ -569,13 +571,11 @@ async fn flush(
     if pending.end == pending.start {
         return Ok(());
     }
-    let refs: Vec<&dyn arrow_array::Array> = buffer.iter().map(|a| a.as_ref()).collect();
-    let values = arrow_select::concat::concat(&refs).map_err(ApiError::from)?;
+    let values = std::mem::take(buffer);
     let (dir, ckpt, field) = (ctx.job.dir.clone(), *pending, ctx.field.clone());
     tokio::task::spawn_blocking(move || dir.write_checkpoint(&ckpt, &field, values))
         .await
         .map_err(|e| ApiError::internal(format!("checkpoint writer crashed: {e}")))??;
-    buffer.clear();
     *pending = Checkpoint {
         fragment: pending.fragment,
         start: pending.end,
@@ -607,7 +607,14 @@ async fn stage(ctx: &Arc<Ctx>, id: u64) -> Result<(), Stop> {
     }
     let nulled = chain.iter().map(|c| c.nulled).sum();
     let dir = ctx.job.dir.clone();
-    let batches = futures::stream::iter(chain).map(move |c| dir.read_checkpoint(&c));
+    let batches = futures::stream::iter(chain)
+        .map(move |c| dir.read_checkpoint(&c))
+        .flat_map(|read| {
+            futures::stream::iter(match read {
+                Ok(batches) => batches.into_iter().map(Ok).collect::<Vec<_>>(),
+                Err(e) => vec![Err(e)],
+            })
+        });
     let file = ctx
         .source
         .write_column(id, batches)

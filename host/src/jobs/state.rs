@@ -109,6 +109,15 @@ pub struct JobRecord {
 
 /// Write `bytes` to `path` atomically and durably.
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_atomically_with(path, |f| f.write_all(bytes))
+}
+
+/// Write a file atomically and durably, its content produced by `fill` (through a buffer,
+/// so large content need not sit in memory first).
+pub fn write_atomically_with(
+    path: &Path,
+    fill: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
     let tmp = dir.join(format!(
@@ -117,8 +126,9 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         uuid::Uuid::new_v4().simple()
     ));
     let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
+        let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);
+        fill(&mut f)?;
+        let f = f.into_inner().map_err(|e| e.into_error())?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)?;
         // The rename itself must survive a crash too.
@@ -168,38 +178,48 @@ impl JobDir {
         })
     }
 
-    /// Computed values for physical rows `start..end` of a fragment (`values` has end-start
-    /// rows: new values for selected rows, current ones for the others).
+    /// Computed values for physical rows `start..end` of a fragment (`values` together have
+    /// end-start rows: new values for selected rows, current ones for the others). Each array
+    /// is one IPC batch, encoded straight to the file: no concatenated copy, no in-memory file.
     pub fn write_checkpoint(
         &self,
         ckpt: &Checkpoint,
         field: &Field,
-        values: ArrayRef,
+        values: Vec<ArrayRef>,
     ) -> ApiResult<()> {
         let schema = Arc::new(Schema::new(vec![field.clone()]));
-        let batch = RecordBatch::try_new(schema.clone(), vec![values]).map_err(ApiError::from)?;
-        let mut buf = Vec::new();
-        {
-            let mut w = FileWriter::try_new(&mut buf, &schema).map_err(ApiError::from)?;
-            w.write(&batch).map_err(ApiError::from)?;
-            w.finish().map_err(ApiError::from)?;
-        }
+        let batches = values
+            .into_iter()
+            .map(|v| RecordBatch::try_new(schema.clone(), vec![v]))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(ApiError::from)?;
         let path = self.checkpoint_dir().join(ckpt.file_name());
-        write_atomically(&path, &buf).map_err(|e| io_error("writing", &path, e))
+        write_atomically_with(&path, |f| {
+            let mut w = FileWriter::try_new(f, &schema).map_err(std::io::Error::other)?;
+            for b in &batches {
+                w.write(b).map_err(std::io::Error::other)?;
+            }
+            w.finish().map_err(std::io::Error::other)
+        })
+        .map_err(|e| io_error("writing", &path, e))
     }
 
-    pub fn read_checkpoint(&self, ckpt: &Checkpoint) -> ApiResult<RecordBatch> {
+    /// A checkpoint's batches, in row order.
+    pub fn read_checkpoint(&self, ckpt: &Checkpoint) -> ApiResult<Vec<RecordBatch>> {
         let path = self.checkpoint_dir().join(ckpt.file_name());
         let file = std::fs::File::open(&path).map_err(|e| io_error("reading", &path, e))?;
-        let reader = FileReader::try_new(file, None).map_err(ApiError::from)?;
+        let reader = FileReader::try_new(std::io::BufReader::with_capacity(1 << 20, file), None)
+            .map_err(ApiError::from)?;
         let batches = reader
             .collect::<Result<Vec<_>, _>>()
             .map_err(ApiError::from)?;
-        let schema = batches
-            .first()
-            .map(|b| b.schema())
-            .ok_or_else(|| ApiError::internal(format!("checkpoint {} is empty", path.display())))?;
-        arrow_select::concat::concat_batches(&schema, &batches).map_err(ApiError::from)
+        if batches.is_empty() {
+            return Err(ApiError::internal(format!(
+                "checkpoint {} is empty",
+                path.display()
+            )));
+        }
+        Ok(batches)
     }
 
     /// Every complete checkpoint of the job, sorted by fragment and start row.
@@ -348,13 +368,28 @@ mod tests {
         dir.write_checkpoint(
             &ckpt,
             &field,
-            Arc::new(Int64Array::from(vec![Some(1), None, Some(3)])),
+            vec![
+                Arc::new(Int64Array::from(vec![Some(1), None])),
+                Arc::new(Int64Array::from(vec![Some(3)])),
+            ],
         )
         .unwrap();
         assert_eq!(dir.checkpoints(), vec![ckpt]);
         let back = dir.read_checkpoint(&ckpt).unwrap();
-        assert_eq!(back.num_rows(), 3);
-        assert!(back.column(0).is_null(1));
+        assert_eq!(
+            back.iter().map(|b| b.num_rows()).collect::<Vec<_>>(),
+            [2, 1]
+        );
+        assert!(back[0].column(0).is_null(1));
+        assert_eq!(
+            back[1]
+                .column(0)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap()
+                .value(0),
+            3
+        );
         dir.remove_checkpoints(0);
         assert!(dir.checkpoints().is_empty());
         // No temporary files are left behind.
