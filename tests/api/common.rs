@@ -262,6 +262,29 @@ impl Handle {
         reader.collect::<Result<Vec<_>, _>>().unwrap()
     }
 
+    /// A query answered in the Arrow stream format (asked for with `Accept`): its batches and
+    /// its size in bytes; checks the content type.
+    pub async fn query_stream(&self, table: &str, body: Value) -> (Vec<RecordBatch>, usize) {
+        let r = self
+            .client
+            .post(self.url(&format!("/v1/table/{table}/query")))
+            .header("accept", "application/vnd.apache.arrow.stream")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        assert_eq!(
+            r.headers()["content-type"],
+            "application/vnd.apache.arrow.stream"
+        );
+        let bytes = r.bytes().await.unwrap();
+        let reader =
+            arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes.to_vec()), None)
+                .unwrap();
+        (reader.collect::<Result<_, _>>().unwrap(), bytes.len())
+    }
+
     pub async fn count(&self, table: &str, body: Value) -> u64 {
         let v = self
             .ok(&format!("/v1/table/{table}/count_rows"), body)

@@ -14,22 +14,8 @@ async fn large_answers_stream_every_row_in_both_formats() {
     assert!(rows.len() > 1, "a {n}-row answer comes in several batches");
     got.sort();
     assert_eq!(got, (0..n).collect::<Vec<_>>());
-    let bytes = s
-        .client
-        .post(s.url("/v1/table/big/query"))
-        .header("accept", "application/vnd.apache.arrow.stream")
-        .json(&json!({"filter": "id >= 100"}))
-        .send()
-        .await
-        .unwrap()
-        .bytes()
-        .await
-        .unwrap();
-    assert!(bytes.len() > 1 << 20, "the answer is {} bytes", bytes.len());
-    let reader =
-        arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes.to_vec()), None)
-            .unwrap();
-    let batches: Vec<_> = reader.collect::<Result<_, _>>().unwrap();
+    let (batches, size) = s.query_stream("big", json!({"filter": "id >= 100"})).await;
+    assert!(size > 1 << 20, "the answer is {size} bytes");
     let mut got = ids(&batches);
     got.sort();
     assert_eq!(got, (100..n).collect::<Vec<_>>());
@@ -61,23 +47,7 @@ async fn filtered_scan_and_vector_search() {
         .await;
     assert_eq!(st, 400, "wrong dimension: {b}");
     // Stream format on request.
-    let r = s
-        .client
-        .post(s.url("/v1/table/q/query"))
-        .header("accept", "application/vnd.apache.arrow.stream")
-        .json(&json!({"filter": "id = 3"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        r.headers()["content-type"],
-        "application/vnd.apache.arrow.stream"
-    );
-    let bytes = r.bytes().await.unwrap();
-    let reader =
-        arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes.to_vec()), None)
-            .unwrap();
-    let batches: Vec<_> = reader.collect::<Result<_, _>>().unwrap();
+    let (batches, _) = s.query_stream("q", json!({"filter": "id = 3"})).await;
     assert_eq!(ids(&batches), vec![3]);
     // Time travel.
     s.ok("/v1/table/q/delete", json!({"predicate": "true"}))

@@ -290,16 +290,20 @@ mod tests {
 
     fn stream_of(column: ArrayRef) -> Vec<u8> {
         let batch = RecordBatch::try_from_iter([("r", column)]).unwrap();
-        let encoded = encode_input(&batch).unwrap();
-        let mut out = vec![0; encoded.len()];
+        encoded_like_arrow(&batch, "")
+    }
+
+    /// `batch` through `encode_input`, checked to be the bytes arrow's own StreamWriter writes.
+    fn encoded_like_arrow(batch: &RecordBatch, what: &str) -> Vec<u8> {
+        let encoded = encode_input(batch).unwrap();
+        let mut out = vec![0xAA; encoded.len()];
         encoded.write_to(&mut out).unwrap();
-        // Same bytes as arrow's own StreamWriter produces.
         let mut reference = Vec::new();
         let mut w =
             arrow_ipc::writer::StreamWriter::try_new(&mut reference, &batch.schema()).unwrap();
-        w.write(&batch).unwrap();
+        w.write(batch).unwrap();
         w.finish().unwrap();
-        assert_eq!(out, reference);
+        assert_eq!(out, reference, "{what}");
         out
     }
 
@@ -405,15 +409,7 @@ mod tests {
         for (offset, len) in [(0, 9), (0, 4), (3, 5), (1, 0), (8, 1)] {
             let part = batch.slice(offset, len);
             assert!(input_layout::lay_out(&part, ALIGNMENT).is_some());
-            let encoded = encode_input(&part).unwrap();
-            let mut out = vec![0xAA; encoded.len()];
-            encoded.write_to(&mut out).unwrap();
-            let mut reference = Vec::new();
-            let mut w =
-                arrow_ipc::writer::StreamWriter::try_new(&mut reference, &part.schema()).unwrap();
-            w.write(&part).unwrap();
-            w.finish().unwrap();
-            assert_eq!(out, reference, "slice {offset}+{len}");
+            encoded_like_arrow(&part, &format!("slice {offset}+{len}"));
         }
     }
 
