@@ -33,8 +33,13 @@ use crate::virtual_columns::ColumnUdf;
 /// UDF calls aim to last about this long: long enough to amortise per-call costs, short enough
 /// for cancellation and checkpoints to stay prompt.
 const TARGET_CALL: Duration = Duration::from_millis(500);
-/// Results held in memory before a forced flush, in multiples of `max_checkpoint_size`.
+/// Results held in memory before a forced flush, in multiples of `max_checkpoint_size`...
 const MAX_BUFFERED_BATCHES: usize = 2;
+/// ...once they also fill this many bytes: every checkpoint costs a write and two fsyncs
+/// (~1-5 ms here), so thousands of tiny checkpoints (8 KiB of results at 4096 rows of a
+/// float) would cost more than computing them. Memory stays bounded: by this, or by
+/// `MAX_BUFFERED_BATCHES * max_checkpoint_size` rows when those are larger.
+const MIN_CHECKPOINT_BYTES: usize = 4 << 20;
 
 /// Why a job stopped early.
 enum Stop {
@@ -406,6 +411,7 @@ async fn run_task(ctx: &Arc<Ctx>, task: Task) -> Result<(), Stop> {
     let flush_every = Duration::from_secs_f64(spec.batch_checkpoint_flush_interval_seconds);
     let mut size = spec.checkpoint_size;
     let mut buffer: Vec<ArrayRef> = Vec::new();
+    let mut buffered_bytes = 0;
     let mut pending = Checkpoint {
         fragment: task.fragment,
         start: task.start,
@@ -467,13 +473,19 @@ async fn run_task(ctx: &Arc<Ctx>, task: Task) -> Result<(), Stop> {
         pending.end = sb.start + sb.batch.num_rows() as u64;
         pending.selected += picked.len() as u64;
         pending.nulled += nulled;
+        buffered_bytes += values
+            .iter()
+            .map(|v| v.get_array_memory_size())
+            .sum::<usize>();
         buffer.extend(values);
         let buffered = (pending.end - pending.start) as usize;
         if last_flush.elapsed() >= flush_every
-            || buffered >= MAX_BUFFERED_BATCHES * spec.max_checkpoint_size
+            || (buffered >= MAX_BUFFERED_BATCHES * spec.max_checkpoint_size
+                && buffered_bytes >= MIN_CHECKPOINT_BYTES)
         {
             flush(ctx, &mut pending, &mut buffer).await?;
             last_flush = Instant::now();
+            buffered_bytes = 0;
         }
     }
     flush(ctx, &mut pending, &mut buffer).await?;
