@@ -57,13 +57,6 @@ pub async fn query(
     let spec = query_body::parse(&body)?;
     let ds = dataset_for(&app, &target, &body).await?;
     let mut stream = spec.stream(&ds).await?;
-    // Pull the first batch before answering, so planning and early execution errors still get
-    // a proper status; later errors can only cut the body short (and are logged).
-    let first = match stream.next().await {
-        Some(Ok(batch)) => Some(batch),
-        Some(Err(e)) => return Err(ApiError::from(e)),
-        None => None,
-    };
     let schema = stream.schema();
     let as_stream = headers
         .get(header::ACCEPT)
@@ -73,14 +66,10 @@ pub async fn query(
     let mut writer = IpcOut::new(as_stream, &schema).map_err(ApiError::from)?;
     // Most answers (top-k searches, filtered lookups) are small: encode them whole and answer
     // in one write. Only an answer that outgrows the buffer is streamed from a task, so small
-    // queries pay no task, channel or chunked framing.
+    // queries pay no task, channel or chunked framing. Errors until then get a proper status;
+    // later ones can only cut the body short (and are logged).
     let mut buffered = Vec::new();
     let mut size = 0;
-    if let Some(batch) = first {
-        let bytes = writer.write(&batch).map_err(ApiError::from)?;
-        size += bytes.len();
-        buffered.push(bytes);
-    }
     while size < BUFFERED_ANSWER_BYTES {
         match stream.next().await {
             Some(batch) => {
