@@ -7,7 +7,7 @@ use arrow_buffer::Buffer;
 use arrow_ipc::MetadataVersion;
 use arrow_ipc::reader::{FileDecoder, StreamDecoder};
 use arrow_ipc::writer::{
-    DictionaryTracker, EncodedData, IpcDataGenerator, IpcWriteOptions, StreamWriter, write_message,
+    DictionaryTracker, IpcDataGenerator, IpcWriteOptions, StreamWriter, write_message,
 };
 use arrow_ipc::{Block, MessageHeader};
 use arrow_schema::{Field, Schema};
@@ -128,17 +128,8 @@ pub fn encode_column(column: &ArrayRef, out: &mut Vec<u8>) -> Result<(), UdfErro
         &options,
     );
     write_message(&mut *out, schema, &options)?;
-    let header = EncodedData {
-        ipc_message: direct.header,
-        arrow_data: Vec::new(),
-    };
-    write_message(&mut *out, header, &options)?;
     out.reserve(direct.body_len + EOS.len());
-    for piece in &direct.pieces {
-        out.extend_from_slice(piece.as_slice());
-        let padded = out.len() + (piece.len().next_multiple_of(ALIGNMENT) - piece.len());
-        out.resize(padded, 0);
-    }
+    direct.write_to(out, &options)?;
     out.extend_from_slice(&EOS);
     Ok(())
 }

@@ -15,8 +15,9 @@
 use arrow_array::RecordBatch;
 use arrow_buffer::{Buffer, MutableBuffer};
 use arrow_data::ArrayData;
+use arrow_ipc::writer::{EncodedData, IpcWriteOptions, write_message};
 use arrow_ipc::{FieldNode, MessageHeader, MetadataVersion};
-use arrow_schema::DataType;
+use arrow_schema::{ArrowError, DataType};
 use flatbuffers::FlatBufferBuilder;
 
 /// The record-batch message: flatbuffer header plus the body's buffers, each at the next
@@ -28,7 +29,40 @@ pub struct DirectBatch {
     pub pieces: Vec<Buffer>,
     /// Body length, padding included.
     pub body_len: usize,
+    /// The alignment each body buffer is padded to.
+    pub align: usize,
 }
+
+impl DirectBatch {
+    /// Writes the message as arrow's `write_message` frames it: the header, then every body
+    /// buffer zero-padded to the alignment the batch was laid out with (`options` must use
+    /// the same alignment: it pads the header).
+    pub fn write_to(
+        self,
+        out: &mut impl std::io::Write,
+        options: &IpcWriteOptions,
+    ) -> Result<(), ArrowError> {
+        let header = EncodedData {
+            ipc_message: self.header,
+            arrow_data: Vec::new(),
+        };
+        write_message(&mut *out, header, options)?;
+        let align = self.align;
+        for piece in &self.pieces {
+            out.write_all(piece.as_slice())?;
+            let mut pad = piece.len().next_multiple_of(align) - piece.len();
+            while pad > 0 {
+                let n = pad.min(ZEROS.len());
+                out.write_all(&ZEROS[..n])?;
+                pad -= n;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Padding source (destinations such as guest memory are not zeroed).
+const ZEROS: [u8; 64] = [0; 64];
 
 struct Collector {
     align: usize,
@@ -70,6 +104,7 @@ pub fn lay_out(batch: &RecordBatch, align: usize) -> Option<DirectBatch> {
         header: fbb.finished_data().to_vec(),
         pieces: c.pieces,
         body_len: c.body_len,
+        align,
     })
 }
 

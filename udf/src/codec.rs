@@ -105,15 +105,9 @@ impl EncodedInput {
         write_message(&mut writer, self.schema, &options).map_err(layout_error)?;
         match self.batch {
             BatchMessage::Direct(direct) => {
-                let header = EncodedData {
-                    ipc_message: direct.header,
-                    arrow_data: Vec::new(),
-                };
-                write_message(&mut writer, header, &options).map_err(layout_error)?;
-                for piece in &direct.pieces {
-                    writer.put(piece.as_slice())?;
-                    writer.pad(piece.len().next_multiple_of(ALIGNMENT) - piece.len())?;
-                }
+                direct
+                    .write_to(&mut writer, &options)
+                    .map_err(layout_error)?;
             }
             BatchMessage::Encoded(messages) => {
                 for message in messages {
@@ -138,17 +132,6 @@ impl SliceWriter<'_> {
     fn put(&mut self, bytes: &[u8]) -> Result<(), UdfError> {
         self.write_all(bytes)
             .map_err(|_| UdfError::Internal("input stream length miscomputed".into()))
-    }
-
-    /// Zeroes `n` bytes of padding (guest buffers are not zeroed).
-    fn pad(&mut self, n: usize) -> Result<(), UdfError> {
-        let dst = self
-            .out
-            .get_mut(self.pos..self.pos + n)
-            .ok_or_else(|| UdfError::Internal("input stream length miscomputed".into()))?;
-        dst.fill(0);
-        self.pos += n;
-        Ok(())
     }
 }
 

@@ -620,13 +620,11 @@ async fn stage(ctx: &Arc<Ctx>, id: u64) -> Result<(), Stop> {
     let nulled = chain.iter().map(|c| c.nulled).sum();
     let dir = ctx.job.dir.clone();
     let batches = futures::stream::iter(chain)
-        .map(move |c| dir.read_checkpoint(&c))
-        .flat_map(|read| {
-            futures::stream::iter(match read {
-                Ok(batches) => batches.into_iter().map(Ok).collect::<Vec<_>>(),
-                Err(e) => vec![Err(e)],
-            })
-        });
+        .map(move |c| {
+            dir.read_checkpoint(&c)
+                .map(|batches| futures::stream::iter(batches.into_iter().map(Ok)))
+        })
+        .try_flatten();
     let file = ctx
         .source
         .write_column(id, batches)

@@ -112,11 +112,11 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     write_atomically_with(path, |f| f.write_all(bytes))
 }
 
-/// Write a file atomically and durably, its content produced by `fill` (through a buffer,
-/// so large content need not sit in memory first).
+/// Write a file atomically and durably, its content written by `fill` (so large content need
+/// not sit in memory first).
 pub fn write_atomically_with(
     path: &Path,
-    fill: impl FnOnce(&mut std::io::BufWriter<std::fs::File>) -> std::io::Result<()>,
+    fill: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)?;
@@ -126,9 +126,8 @@ pub fn write_atomically_with(
         uuid::Uuid::new_v4().simple()
     ));
     let result = (|| {
-        let mut f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);
+        let mut f = std::fs::File::create(&tmp)?;
         fill(&mut f)?;
-        let f = f.into_inner().map_err(|e| e.into_error())?;
         f.sync_all()?;
         std::fs::rename(&tmp, path)?;
         // The rename itself must survive a crash too.
@@ -195,7 +194,9 @@ impl JobDir {
             .map_err(ApiError::from)?;
         let path = self.checkpoint_dir().join(ckpt.file_name());
         write_atomically_with(&path, |f| {
-            let mut w = FileWriter::try_new(f, &schema).map_err(std::io::Error::other)?;
+            // Buffered: the IPC writer issues a small write per buffer. `finish` flushes.
+            let out = std::io::BufWriter::with_capacity(1 << 20, f);
+            let mut w = FileWriter::try_new(out, &schema).map_err(std::io::Error::other)?;
             for b in &batches {
                 w.write(b).map_err(std::io::Error::other)?;
             }
