@@ -198,6 +198,7 @@ fn serve_config(dir: &Path) -> lancet::config::ServeConfig {
         udf_max_output_mb: 256,
         auth_file: Some(auth_file),
         host_domain: None,
+        vector_cache_mb: 0,
     }
 }
 

@@ -32,6 +32,11 @@ pub struct ServeConfig {
     /// Largest result one UDF call may return, in MiB.
     #[arg(long, env = "LANCET_UDF_MAX_OUTPUT_MB", default_value_t = 64)]
     pub udf_max_output_mb: usize,
+    /// Memory for decoded vector columns, in MiB: exact (brute-force) vector search on a
+    /// column without an index reads them from memory instead of decoding the column from
+    /// storage on every query. 0 turns this off.
+    #[arg(long, env = "LANCET_VECTOR_CACHE_MB", default_value_t = 512)]
+    pub vector_cache_mb: usize,
 }
 
 impl ServeConfig {

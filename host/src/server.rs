@@ -26,7 +26,7 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
             .as_ref()
             .map(|d| d.trim_matches('.').to_ascii_lowercase())
             .filter(|d| !d.is_empty()),
-        store: Store::new(session),
+        store: Store::new(session, config.vector_cache_mb << 20),
         virtual_columns: VirtualColumns::with_tenant_limits(Arc::new(runtime), &tenant_limits),
         jobs,
     }))

@@ -9,7 +9,6 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use lance::io::RecordBatchStream;
 use serde_json::{Value, json};
 
 use super::extract::{JsonBody, Target};
@@ -56,7 +55,7 @@ pub async fn query(
 ) -> ApiResult<Response> {
     let spec = query_body::parse(&body)?;
     let ds = dataset_for(&app, &target, &body).await?;
-    let mut stream = spec.stream(&ds).await?;
+    let mut stream = spec.stream(&ds, &app.store.vectors).await?;
     let schema = stream.schema();
     let as_stream = headers
         .get(header::ACCEPT)

@@ -6,9 +6,11 @@
 
 mod backfill;
 mod columns;
+mod flat_search;
 mod history;
 mod indexes;
 mod query;
+mod vector_cache;
 mod write;
 
 pub use backfill::*;
@@ -16,6 +18,7 @@ pub use columns::*;
 pub use history::*;
 pub use indexes::*;
 pub use query::*;
+pub use vector_cache::VectorCache;
 pub use write::*;
 
 use std::collections::HashMap;
@@ -34,6 +37,8 @@ pub struct Store {
     session: Arc<Session>,
     cache: Mutex<HashMap<Key, Arc<Dataset>>>,
     write_locks: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
+    /// Decoded vector columns for exact search without an index.
+    pub vectors: VectorCache,
 }
 
 /// Which state of a table a request reads: a branch (None = main) and a version (None = latest).
@@ -65,11 +70,13 @@ pub fn normalize_branch(branch: Option<String>) -> Option<String> {
 }
 
 impl Store {
-    pub fn new(session: Arc<Session>) -> Self {
+    /// A store sharing `session`, keeping up to `vector_cache_bytes` of decoded vectors.
+    pub fn new(session: Arc<Session>, vector_cache_bytes: usize) -> Self {
         Self {
             session,
             cache: Mutex::default(),
             write_locks: Mutex::default(),
+            vectors: VectorCache::new(vector_cache_bytes),
         }
     }
 

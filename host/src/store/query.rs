@@ -1,14 +1,20 @@
 //! Queries: a [`QuerySpec`] (already validated by the HTTP layer) becomes a lance `Scanner`.
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
-use arrow_array::{ArrayRef, FixedSizeListArray, Float32Array};
-use arrow_schema::{DataType, Field};
+use arrow_array::{ArrayRef, FixedSizeListArray, Float32Array, RecordBatch};
+use arrow_schema::{DataType, Field, SchemaRef};
+use futures::{Stream, StreamExt};
 use lance::Dataset;
 use lance::dataset::scanner::{DatasetRecordBatchStream, Scanner};
+use lance::io::RecordBatchStream;
 use lance_index::scalar::FullTextSearchQuery;
 use lance_linalg::distance::DistanceType;
 
+use super::flat_search;
+use super::vector_cache::VectorCache;
 use crate::error::{ApiError, ApiResult};
 
 #[derive(Debug, Clone, Default)]
@@ -73,13 +79,7 @@ impl QuerySpec {
             scan.full_text_search(fts.clone()).map_err(ApiError::from)?;
         }
         if let Some(v) = &self.vector {
-            let column = match &v.column {
-                Some(c) => {
-                    crate::field_path::resolve(ds.schema(), c)?;
-                    c.clone()
-                }
-                None => default_vector_column(ds)?,
-            };
+            let column = vector_column(ds, v)?;
             let k = self.k.unwrap_or(10);
             scan.nearest(&column, query_array(v)?.as_ref(), k)
                 .map_err(ApiError::from)?;
@@ -124,9 +124,61 @@ impl QuerySpec {
         Ok(scan)
     }
 
-    pub async fn stream(&self, ds: &Arc<Dataset>) -> ApiResult<DatasetRecordBatchStream> {
+    /// The answer as a stream of batches. A flat vector search is answered from `vectors`
+    /// when it can be (see `flat_search`); everything else by lance's scanner.
+    pub async fn stream(
+        &self,
+        ds: &Arc<Dataset>,
+        vectors: &VectorCache,
+    ) -> ApiResult<QueryStream> {
         let scan = self.scanner(ds)?;
-        scan.try_into_stream().await.map_err(ApiError::from)
+        if let Some(v) = &self.vector
+            && vectors.enabled()
+        {
+            let column = vector_column(ds, v)?;
+            if let Some(batch) = flat_search::search(ds, self, &column, &scan, vectors).await? {
+                return Ok(QueryStream::Ready(batch.schema(), Some(batch)));
+            }
+        }
+        let stream = scan.try_into_stream().await.map_err(ApiError::from)?;
+        Ok(QueryStream::Lance(stream))
+    }
+}
+
+/// Batches of a query's answer: lance's stream, or an answer computed whole.
+pub enum QueryStream {
+    Lance(DatasetRecordBatchStream),
+    Ready(SchemaRef, Option<RecordBatch>),
+}
+
+impl QueryStream {
+    pub fn schema(&self) -> SchemaRef {
+        match self {
+            Self::Lance(s) => s.schema(),
+            Self::Ready(schema, _) => schema.clone(),
+        }
+    }
+}
+
+impl Stream for QueryStream {
+    type Item = lance::Result<RecordBatch>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        match self.get_mut() {
+            Self::Lance(s) => s.poll_next_unpin(cx),
+            Self::Ready(_, batch) => Poll::Ready(batch.take().map(Ok)),
+        }
+    }
+}
+
+/// The column a vector query searches: the one it names, or the table's only vector column.
+fn vector_column(ds: &Dataset, v: &VectorQuery) -> ApiResult<String> {
+    match &v.column {
+        Some(c) => {
+            crate::field_path::resolve(ds.schema(), c)?;
+            Ok(c.clone())
+        }
+        None => default_vector_column(ds),
     }
 }
 
