@@ -222,7 +222,9 @@ mod tests {
         };
         let values = Float32Array::from_iter_values((0..n * DIM as usize).map(|_| next()));
         let nulls = arrow_buffer::NullBuffer::from(
-            (0..n).map(|i| (start as usize + i) % 7 != 3).collect::<Vec<_>>(),
+            (0..n)
+                .map(|i| (start as usize + i) % 7 != 3)
+                .collect::<Vec<_>>(),
         );
         let item = Arc::new(Field::new("item", DataType::Float32, true));
         let vectors = FixedSizeListArray::try_new(item, DIM, Arc::new(values), Some(nulls));
@@ -301,12 +303,19 @@ mod tests {
         let mut ds = write(&uri, batch(1000, 500), WriteMode::Append).await;
         ds.delete("id % 5 = 1").await.unwrap();
         let ds = Arc::new(ds);
-        assert!(ds.get_fragments().len() > 2, "several fragments, some with deletions");
+        assert!(
+            ds.get_fragments().len() > 2,
+            "several fragments, some with deletions"
+        );
         let cache = VectorCache::new(64 << 20);
         let names = Projection::Names(vec!["text".into(), "id".into()]);
         let aliases = Projection::Aliases(vec![("double".into(), "id * 2".into())]);
         for distance in [None, Some(DistanceType::Cosine), Some(DistanceType::Dot)] {
-            for (projection, row_id) in [(None, false), (Some(names.clone()), true), (Some(aliases.clone()), false)] {
+            for (projection, row_id) in [
+                (None, false),
+                (Some(names.clone()), true),
+                (Some(aliases.clone()), false),
+            ] {
                 let spec = query(vq(distance, (None, None)), 10, projection, row_id);
                 assert_eq!(same_as_lance(&ds, &spec, &cache).await, 10);
             }
@@ -334,7 +343,13 @@ mod tests {
         newer.delete("id < 100").await.unwrap();
         let newer = Arc::new(write(&uri, batch(600, 50), WriteMode::Append).await);
         let n = same_as_lance(&newer, &spec, &cache).await;
-        assert_eq!(n, newer.count_rows(Some("vec is not null".into())).await.unwrap());
+        assert_eq!(
+            n,
+            newer
+                .count_rows(Some("vec is not null".into()))
+                .await
+                .unwrap()
+        );
         // The old version is still answered as it was.
         same_as_lance(&ds, &spec, &cache).await;
 
@@ -351,10 +366,18 @@ mod tests {
                 fast_search: true,
                 ..spec.clone()
             },
-            query(vq(Some(DistanceType::Hamming), (None, None)), 3, None, false),
+            query(
+                vq(Some(DistanceType::Hamming), (None, None)),
+                3,
+                None,
+                false,
+            ),
         ];
         for spec in ineligible {
-            assert!(eligible(&newer, &spec, "vec").await.unwrap().is_none(), "{spec:?}");
+            assert!(
+                eligible(&newer, &spec, "vec").await.unwrap().is_none(),
+                "{spec:?}"
+            );
         }
     }
 }

@@ -126,11 +126,7 @@ impl QuerySpec {
 
     /// The answer as a stream of batches. A flat vector search is answered from `vectors`
     /// when it can be (see `flat_search`); everything else by lance's scanner.
-    pub async fn stream(
-        &self,
-        ds: &Arc<Dataset>,
-        vectors: &VectorCache,
-    ) -> ApiResult<QueryStream> {
+    pub async fn stream(&self, ds: &Arc<Dataset>, vectors: &VectorCache) -> ApiResult<QueryStream> {
         let scan = self.scanner(ds)?;
         if let Some(v) = &self.vector
             && vectors.enabled()

@@ -106,7 +106,11 @@ impl VectorCache {
             .inspect_err(|_| {
                 // A failed load leaves nothing behind: the next query tries again.
                 let mut entries = self.entries.lock().unwrap();
-                if entries.map.get(&key).is_some_and(|e| Arc::ptr_eq(&e.cell, &cell)) {
+                if entries
+                    .map
+                    .get(&key)
+                    .is_some_and(|e| Arc::ptr_eq(&e.cell, &cell))
+                {
                     entries.map.remove(&key);
                 }
             })?
@@ -249,7 +253,14 @@ mod tests {
         insert(&cache, "b", loaded(1000));
         assert_eq!(cache.used(), 2 * one);
         // Touch "a" so "b" is the oldest.
-        cache.entries.lock().unwrap().map.get_mut("a").unwrap().last_used = 100;
+        cache
+            .entries
+            .lock()
+            .unwrap()
+            .map
+            .get_mut("a")
+            .unwrap()
+            .last_used = 100;
         insert(&cache, "c", loaded(1000));
         let entries = cache.entries.lock().unwrap();
         let mut keys: Vec<_> = entries.map.keys().cloned().collect();
