@@ -197,8 +197,7 @@ async fn load(
             row_ids: UInt64Array::from(Vec::<u64>::new()),
         }));
     }
-    // A concatenation is a fresh, unsliced array: lance's batch distance kernels read the
-    // child values from offset 0.
+    // One array per fragment: a query makes one kernel call per fragment, not per batch.
     let vectors = concat(column)?
         .as_fixed_size_list_opt()
         .ok_or_else(|| ApiError::internal(format!("{column} is not a fixed-size list")))?
