@@ -28,8 +28,8 @@ pub use error::UdfError;
 /// Everything a typical UDF needs in one `use`.
 pub mod prelude {
     pub use crate::map::{
-        arg, for_each_str, map_f64, map_i64, map_str, map_str_to_f32s, struct_of, to_f64, to_i64,
-        zip_f64,
+        arg, for_each_str, map_f64, map_i64, map_str, map_str_bounded, map_str_to_f32s, map_values,
+        struct_of, to_f64, to_i64, utf8_column, zip_f64, zip_values,
     };
     pub use crate::{Config, UdfError, config, export_init, export_udf, udf_error};
     pub use arrow_array::cast::AsArray;

@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use arrow_array::cast::AsArray;
 use arrow_array::types::{
-    Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type,
-    UInt32Type, UInt64Type,
+    ArrowPrimitiveType, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type,
+    UInt8Type, UInt16Type, UInt32Type, UInt64Type,
 };
 use arrow_array::{
-    Array, ArrayRef, FixedSizeListArray, Float32Array, Float64Array, Int64Array, RecordBatch,
-    StringArray, StructArray,
+    Array, ArrayRef, FixedSizeListArray, Float32Array, Float64Array, Int64Array, PrimitiveArray,
+    RecordBatch, StringArray, StructArray,
 };
 use arrow_buffer::{BooleanBufferBuilder, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{DataType, Field, Fields};
@@ -30,13 +30,74 @@ pub fn arg(batch: &RecordBatch, i: usize) -> Result<&ArrayRef, UdfError> {
     })
 }
 
+/// Values per iteration of the numeric kernels' loops (see [`map_values`]).
+const LANES: usize = 16;
+
+/// `f` over every value, into a new buffer.
+///
+/// Written as a loop over fixed chunks of [`LANES`] values, whose inner loop LLVM unrolls
+/// completely. That matters in Wasm only: wasmtime checks for interruption (the call time
+/// limit) at every loop iteration, and the check's slow path makes its code generator keep
+/// the loop's state on the stack. A plain vectorised loop handles 2 doubles per iteration
+/// and spent about half its time on that; here the check is paid once per 16 values.
+/// Natively LLVM unrolls either form the same way.
+pub fn map_values<I: Copy, O>(input: &[I], f: impl Fn(I) -> O) -> Vec<O> {
+    let mut out = Vec::with_capacity(input.len());
+    let spare = &mut out.spare_capacity_mut()[..input.len()];
+    let (chunks, rest) = input.as_chunks::<LANES>();
+    let (out_chunks, out_rest) = spare.as_chunks_mut::<LANES>();
+    for (o, x) in out_chunks.iter_mut().zip(chunks) {
+        for i in 0..LANES {
+            o[i].write(f(x[i]));
+        }
+    }
+    for (o, &x) in out_rest.iter_mut().zip(rest) {
+        o.write(f(x));
+    }
+    // SAFETY: the chunks and the rest together cover all `input.len()` slots, each written.
+    unsafe { out.set_len(input.len()) };
+    out
+}
+
+/// `f` over pairs of values, into a new buffer; [`map_values`] for two inputs.
+pub fn zip_values<A: Copy, B: Copy, O>(a: &[A], b: &[B], f: impl Fn(A, B) -> O) -> Vec<O> {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut out = Vec::with_capacity(n);
+    let spare = &mut out.spare_capacity_mut()[..n];
+    let ((ca, ra), (cb, rb)) = (a.as_chunks::<LANES>(), b.as_chunks::<LANES>());
+    let (out_chunks, out_rest) = spare.as_chunks_mut::<LANES>();
+    for ((o, x), y) in out_chunks.iter_mut().zip(ca).zip(cb) {
+        for i in 0..LANES {
+            o[i].write(f(x[i], y[i]));
+        }
+    }
+    for ((o, &x), &y) in out_rest.iter_mut().zip(ra).zip(rb) {
+        o.write(f(x, y));
+    }
+    // SAFETY: a and b have n values each; chunks plus rest wrote all n slots.
+    unsafe { out.set_len(n) };
+    out
+}
+
+/// A primitive array of `f` over `array`'s values, nulls kept.
+fn map_primitive<I, O>(
+    array: &PrimitiveArray<I>,
+    f: impl Fn(I::Native) -> O::Native,
+) -> PrimitiveArray<O>
+where
+    I: ArrowPrimitiveType,
+    O: ArrowPrimitiveType,
+{
+    let values = map_values(array.values(), f);
+    PrimitiveArray::new(ScalarBuffer::from(values), array.nulls().cloned())
+}
+
 /// Any integer or float column as Float64 (nulls kept). Float64 input is not copied.
 pub fn to_f64(array: &ArrayRef) -> Result<Float64Array, UdfError> {
     macro_rules! widen {
         ($t:ty) => {
-            array
-                .as_primitive::<$t>()
-                .unary::<_, Float64Type>(|v| v as f64)
+            map_primitive::<$t, Float64Type>(array.as_primitive::<$t>(), |v| v as f64)
         };
     }
     Ok(match array.data_type() {
@@ -58,9 +119,7 @@ pub fn to_f64(array: &ArrayRef) -> Result<Float64Array, UdfError> {
 pub fn to_i64(array: &ArrayRef) -> Result<Int64Array, UdfError> {
     macro_rules! widen {
         ($t:ty) => {
-            array
-                .as_primitive::<$t>()
-                .unary::<_, Int64Type>(|v| v as i64)
+            map_primitive::<$t, Int64Type>(array.as_primitive::<$t>(), |v| v as i64)
         };
     }
     Ok(match array.data_type() {
@@ -77,7 +136,10 @@ pub fn to_i64(array: &ArrayRef) -> Result<Int64Array, UdfError> {
 
 /// `f` applied to each value of a numeric column, as Float64.
 pub fn map_f64(array: &ArrayRef, f: impl Fn(f64) -> f64) -> Result<ArrayRef, UdfError> {
-    Ok(Arc::new(to_f64(array)?.unary::<_, Float64Type>(f)))
+    Ok(Arc::new(map_primitive::<Float64Type, Float64Type>(
+        &to_f64(array)?,
+        f,
+    )))
 }
 
 /// `f` applied pairwise to two numeric columns, as Float64; null where either input is null.
@@ -94,19 +156,20 @@ pub fn zip_f64(
             b.len()
         ));
     }
-    let values: ScalarBuffer<f64> = a
-        .values()
-        .iter()
-        .zip(b.values().iter())
-        .map(|(x, y)| f(*x, *y))
-        .collect();
+    let values = zip_values(a.values(), b.values(), f);
     let nulls = NullBuffer::union(a.nulls(), b.nulls());
-    Ok(Arc::new(Float64Array::new(values, nulls)))
+    Ok(Arc::new(Float64Array::new(
+        ScalarBuffer::from(values),
+        nulls,
+    )))
 }
 
 /// `f` applied to each value of an integer column, as Int64.
 pub fn map_i64(array: &ArrayRef, f: impl Fn(i64) -> i64) -> Result<ArrayRef, UdfError> {
-    Ok(Arc::new(to_i64(array)?.unary::<_, Int64Type>(f)))
+    Ok(Arc::new(map_primitive::<Int64Type, Int64Type>(
+        &to_i64(array)?,
+        f,
+    )))
 }
 
 /// Calls `f` with every row of a Utf8, LargeUtf8 or Utf8View column (`None` for nulls).
@@ -144,21 +207,93 @@ pub fn map_str(
         valid.append(ok);
         offsets.push(values.len() as i32);
     })?;
-    // Cheap checks that make the unchecked constructor below sound even if `f` broke the
-    // append-only rule: offsets must fit, never decrease, and sit on char boundaries.
-    if values.len() > i32::MAX as usize {
-        return Err(UdfError::new("string result larger than 2 GiB"));
-    }
-    if misuse || !offsets.iter().all(|&o| values.is_char_boundary(o as usize)) {
+    if misuse {
         return Err(UdfError::new(
             "map_str: the closure may only append to its String",
         ));
     }
-    let nulls = NullBuffer::new(valid.finish());
-    let nulls = (nulls.null_count() > 0).then_some(nulls);
+    utf8_column(values, offsets, Some(NullBuffer::new(valid.finish())))
+}
+
+/// [`map_str`] for the hottest string UDFs: `f` writes one row's output bytes at the start of
+/// `out` and returns how many it wrote (`None` makes the row null). `out` holds at least
+/// `max_len(row)` bytes; writing past it panics (the call fails), so a wrong bound is a bug
+/// report, never corruption. The whole result must be UTF-8 (checked once, at the end).
+///
+/// Why: in Wasm, a loop that may call out (a `String` growing, say) has its state spilled to
+/// the stack on every iteration by the code generator. Writing into a slice keeps the loop
+/// free of calls (a failed bounds check is a trap, not a call), so its state stays in
+/// registers: for slugify this is most of the difference to native speed.
+pub fn map_str_bounded(
+    array: &ArrayRef,
+    max_len: impl Fn(&str) -> usize,
+    mut f: impl FnMut(&str, &mut [u8]) -> Option<usize>,
+) -> Result<ArrayRef, UdfError> {
+    // `values[..end]` is the column so far; the rest is zeroed scratch a row is written into.
+    let mut values = vec![0u8; array.len() * 16];
+    let mut end = 0;
+    let mut offsets = Vec::with_capacity(array.len() + 1);
+    offsets.push(0i32);
+    let mut valid = BooleanBufferBuilder::new(array.len());
+    let mut overrun = false;
+    for_each_str(array, |value| {
+        let written = value.and_then(|s| {
+            let need = end + max_len(s);
+            if values.len() < need {
+                values.resize(need.max(values.len() * 2), 0);
+            }
+            let n = f(s, &mut values[end..need])?;
+            overrun |= n > need - end;
+            Some(n.min(need - end))
+        });
+        end += written.unwrap_or(0);
+        valid.append(written.is_some());
+        offsets.push(end as i32);
+    })?;
+    if overrun {
+        return Err(UdfError::new(
+            "map_str_bounded: the closure reported more bytes than fit its slice",
+        ));
+    }
+    values.truncate(end);
+    let text =
+        String::from_utf8(values).map_err(|e| udf_error!("string result is not UTF-8: {e}"))?;
+    utf8_column(text, offsets, Some(NullBuffer::new(valid.finish())))
+}
+
+/// A Utf8 column from every row's text back to back in `values` and `offsets` (one per row
+/// plus one: row `i` is `values[offsets[i]..offsets[i + 1]]`), `nulls` marking null rows.
+///
+/// Checks only what a `String` does not already promise: offsets start at 0, never
+/// decrease, end at `values.len()`, fit `i32` and fall on char boundaries. Unlike arrow's
+/// `StringArray::try_new` it does not re-validate the text as UTF-8, which at Wasm speed can
+/// cost as much as a simple UDF itself.
+pub fn utf8_column(
+    values: String,
+    offsets: Vec<i32>,
+    nulls: Option<NullBuffer>,
+) -> Result<ArrayRef, UdfError> {
+    if values.len() > i32::MAX as usize {
+        return Err(UdfError::new("string result larger than 2 GiB"));
+    }
+    let ordered = offsets.first() == Some(&0)
+        && offsets.last() == Some(&(values.len() as i32))
+        && offsets.windows(2).all(|w| w[0] <= w[1]);
+    if !ordered || !offsets.iter().all(|&o| values.is_char_boundary(o as usize)) {
+        return Err(UdfError::new(
+            "string result: offsets out of order or inside a character",
+        ));
+    }
+    let rows = offsets.len() - 1;
+    if nulls.as_ref().is_some_and(|n| n.len() != rows) {
+        return Err(udf_error!(
+            "string result: {rows} rows but a different number of null flags"
+        ));
+    }
+    let nulls = nulls.filter(|n| n.null_count() > 0);
     let offsets = OffsetBuffer::new(ScalarBuffer::from(offsets));
-    // SAFETY: checked above: offsets start at 0, never decrease (no row shrank the buffer),
-    // end at values.len(), and are char boundaries of a String, so every row is valid UTF-8.
+    // SAFETY: checked above: offsets start at 0, never decrease, end at values.len() (which
+    // fits i32), and are char boundaries of a String, so every row is valid UTF-8.
     let out =
         unsafe { StringArray::new_unchecked(offsets, Buffer::from(values.into_bytes()), nulls) };
     Ok(Arc::new(out))
@@ -219,6 +354,86 @@ mod tests {
         );
         let s: ArrayRef = Arc::new(StringArray::from(vec!["x"]));
         assert!(map_f64(&s, |x| x).is_err());
+    }
+
+    #[test]
+    fn utf8_column_checks_offsets() {
+        let ok = utf8_column("aébc".into(), vec![0, 1, 3, 5], None).unwrap();
+        assert_eq!(
+            ok.as_string::<i32>().iter().collect::<Vec<_>>(),
+            vec![Some("a"), Some("é"), Some("bc")]
+        );
+        let nulls = NullBuffer::from(vec![true, false]);
+        let n = utf8_column("ab".into(), vec![0, 2, 2], Some(nulls)).unwrap();
+        assert!(n.is_null(1));
+        for (values, offsets) in [
+            ("aé", vec![0, 2, 3]), // inside é
+            ("ab", vec![0, 2, 1]), // decreasing
+            ("ab", vec![1, 2]),    // not from 0
+            ("ab", vec![0, 1]),    // not to the end
+        ] {
+            assert!(utf8_column(values.into(), offsets, None).is_err());
+        }
+        let short = NullBuffer::from(vec![true]);
+        assert!(utf8_column("ab".into(), vec![0, 1, 2], Some(short)).is_err());
+    }
+
+    #[test]
+    fn map_str_bounded_writes_rows_in_place() {
+        let a: ArrayRef = Arc::new(StringArray::from(vec![
+            Some("ab"),
+            None,
+            Some("xyz"),
+            Some(""),
+        ]));
+        let r = map_str_bounded(
+            &a,
+            |s| 2 * s.len(),
+            |s, out| {
+                for (i, b) in s.bytes().enumerate() {
+                    out[2 * i] = b;
+                    out[2 * i + 1] = b'.';
+                }
+                (!s.is_empty()).then_some(2 * s.len())
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            r.as_string::<i32>().iter().collect::<Vec<_>>(),
+            vec![Some("a.b."), None, Some("x.y.z."), None]
+        );
+        // Invalid UTF-8 and overstated lengths are errors, not bad columns.
+        let bad = map_str_bounded(
+            &a,
+            |s| s.len(),
+            |_, out| {
+                out.fill(0xff);
+                Some(out.len())
+            },
+        );
+        assert!(bad.is_err());
+        let over = map_str_bounded(&a, |s| s.len(), |s, _| Some(s.len() + 1));
+        assert!(over.is_err());
+    }
+
+    #[test]
+    fn chunked_kernels_cover_every_value() {
+        // Lengths around the chunk size: empty, only a remainder, exact chunks, both.
+        for n in [0, 1, 15, 16, 17, 32, 33, 100] {
+            let a: Vec<i64> = (0..n as i64).collect();
+            let b: Vec<f64> = (0..n).map(|i| i as f64 * 0.5).collect();
+            assert_eq!(
+                map_values(&a, |x| x * 3),
+                a.iter().map(|x| x * 3).collect::<Vec<_>>()
+            );
+            let want: Vec<f64> = a.iter().zip(&b).map(|(x, y)| *x as f64 + y).collect();
+            assert_eq!(zip_values(&a, &b, |x, y| x as f64 + y), want);
+        }
+        // Unequal inputs: the shorter one decides.
+        assert_eq!(
+            zip_values(&[1, 2, 3], &[10, 20], |x, y| x + y),
+            vec![11, 22]
+        );
     }
 
     #[test]

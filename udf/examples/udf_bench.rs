@@ -6,7 +6,8 @@
 //! as the same Rust function compiled natively and applied to the same Arrow batches; the
 //! identity UDF against a plain memcpy of the same bytes; then per-call overhead, instantiate
 //! time, cold compile and cached load. Plugins are read from LANCET_PLUGINS_DIR (default
-//! plugins/target/wasm32-unknown-unknown/release).
+//! plugins/target/wasm32-unknown-unknown/release). `--only <plugin>` runs just that UDF's
+//! throughput row (for quick before/after probes).
 
 use std::hint::black_box;
 use std::path::PathBuf;
@@ -208,7 +209,15 @@ fn main() {
 
     let mut cold_compile = Vec::new();
     let mut compile_before = rt.stats().compile_time;
+    let args: Vec<String> = std::env::args().collect();
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1));
     for case in cases() {
+        if only.is_some_and(|o| o != case.plugin) {
+            continue;
+        }
         let module = std::fs::read(plugins_dir().join(format!("{}.wasm", case.plugin)))
             .unwrap_or_else(|e| panic!("{}.wasm: {e}; run plugins/build.sh first", case.plugin));
         let m = manifest(&module, case.plugin);
@@ -259,6 +268,9 @@ fn main() {
         );
     }
 
+    if only.is_some() {
+        return;
+    }
     // Per-call overhead: a 1-row batch through identity, instance reused.
     let module = std::fs::read(plugins_dir().join("identity_i64.wasm")).unwrap();
     let m = manifest(&module, "identity_i64");

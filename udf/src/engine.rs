@@ -33,6 +33,11 @@ pub(crate) fn build_engine(limits: &Limits, pool_slots: u32) -> Result<(Engine, 
         .max_wasm_stack(limits.max_stack_bytes)
         .cranelift_opt_level(OptLevel::Speed)
         .parallel_compilation(true);
+    // For profiling guests: /tmp/perf-<pid>.map names each compiled Wasm function, so
+    // `perf report` shows guest symbols (build the module unstripped to get Rust names).
+    if std::env::var_os("LANCET_UDF_PERFMAP").is_some() {
+        base.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     // wasmtime is built without its `threads` feature: no shared memories, no guest threads.
 
     let mut pool = PoolingAllocationConfig::new();

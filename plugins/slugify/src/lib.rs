@@ -4,43 +4,102 @@
 
 use lancet_sdk::prelude::*;
 
-/// Writes the slug of `text` into `out` (appending).
-pub fn slugify_into(text: &str, out: &mut String) {
-    let start = out.len();
-    // A separator is only written once a following kept character shows it is not trailing.
-    let mut dash = false;
+/// What each ASCII byte becomes in a slug: letters and digits themselves (lowercased),
+/// everything else 0 (a separator). One table lookup instead of a chain of range tests.
+const ASCII_SLUG: [u8; 128] = {
+    let mut table = [0u8; 128];
+    let mut b = 0;
+    while b < 128 {
+        let c = b as u8;
+        if c.is_ascii_alphanumeric() {
+            table[b] = c.to_ascii_lowercase();
+        }
+        b += 1;
+    }
+    table
+};
+
+/// Bytes a slug of `text` can take: a separator and at most three bytes (a lowercased or
+/// folded char) per input byte, and no input char is shorter than what it becomes.
+pub fn max_slug_len(text: &str) -> usize {
+    3 * text.len()
+}
+
+/// Writes the slug of `text` at the start of `out` (at least [`max_slug_len`] bytes) and
+/// returns its length.
+pub fn slugify_into(text: &str, out: &mut [u8]) -> usize {
     let bytes = text.as_bytes();
+    let mut slug = Slug { w: 0, dash: false };
     let mut i = 0;
-    while i < bytes.len() {
-        let b = bytes[i];
-        if b.is_ascii_alphanumeric() {
-            separate(out, start, &mut dash);
-            out.push(b.to_ascii_lowercase() as char);
+    loop {
+        // ASCII, eight bytes per iteration while they last: the fixed-size inner loop is
+        // unrolled, so Wasm's per-iteration interruption check is paid once per 8 bytes.
+        // Nothing here calls out (the table is a lookup, a slice overrun traps).
+        while let Some(chunk) = bytes.get(i..i + 8) {
+            if chunk.iter().fold(0, |acc, &b| acc | b) >= 0x80 {
+                break;
+            }
+            for &b in chunk {
+                match ASCII_SLUG[b as usize] {
+                    0 => slug.dash = true,
+                    c => slug.put(out, c),
+                }
+            }
+            i += 8;
+        }
+        // The rest of the run, a byte at a time.
+        while let Some(&b) = bytes.get(i) {
+            if !b.is_ascii() {
+                break;
+            }
             i += 1;
-        } else if b.is_ascii() {
-            dash = true;
-            i += 1;
-        } else {
-            let c = text[i..].chars().next().expect("i is on a char boundary");
-            i += c.len_utf8();
-            if let Some(folded) = fold_latin(c) {
-                separate(out, start, &mut dash);
-                out.push_str(folded);
-            } else if c.is_alphanumeric() {
-                separate(out, start, &mut dash);
-                out.extend(c.to_lowercase());
-            } else {
-                dash = true;
+            match ASCII_SLUG[b as usize] {
+                0 => slug.dash = true,
+                c => slug.put(out, c),
             }
         }
+        if i >= bytes.len() {
+            return slug.w;
+        }
+        i = non_ascii(text, i, out, &mut slug);
     }
 }
 
-fn separate(out: &mut String, start: usize, dash: &mut bool) {
-    if *dash && out.len() > start {
-        out.push('-');
+/// Output position, and whether a separator is owed before the next kept character (it is
+/// only written then, so a slug never ends with one).
+struct Slug {
+    w: usize,
+    dash: bool,
+}
+
+impl Slug {
+    #[inline(always)]
+    fn put(&mut self, out: &mut [u8], c: u8) {
+        if self.dash && self.w > 0 {
+            out[self.w] = b'-';
+            self.w += 1;
+        }
+        self.dash = false;
+        out[self.w] = c;
+        self.w += 1;
     }
-    *dash = false;
+}
+
+/// The char starting at byte `i` (not ASCII); returns the index after it.
+#[inline(never)]
+fn non_ascii(text: &str, i: usize, out: &mut [u8], slug: &mut Slug) -> usize {
+    let c = text[i..].chars().next().expect("i is on a char boundary");
+    let mut put_str = |s: &str| s.bytes().for_each(|b| slug.put(out, b));
+    if let Some(folded) = fold_latin(c) {
+        put_str(folded);
+    } else if c.is_alphanumeric() {
+        let mut buf = [0u8; 4];
+        c.to_lowercase()
+            .for_each(|l| put_str(l.encode_utf8(&mut buf)));
+    } else {
+        slug.dash = true;
+    }
+    i + c.len_utf8()
 }
 
 /// ASCII spelling of the Latin-1 / Latin Extended-A letters that are common in titles.
@@ -70,9 +129,8 @@ fn fold_latin(c: char) -> Option<&'static str> {
 }
 
 pub fn slugify(batch: &RecordBatch) -> Result<ArrayRef, UdfError> {
-    map_str(arg(batch, 0)?, |text, out| {
-        slugify_into(text, out);
-        true
+    map_str_bounded(arg(batch, 0)?, max_slug_len, |text, out| {
+        Some(slugify_into(text, out))
     })
 }
 
@@ -83,9 +141,9 @@ mod tests {
     use super::*;
 
     fn slug(s: &str) -> String {
-        let mut out = String::new();
-        slugify_into(s, &mut out);
-        out
+        let mut out = vec![0; max_slug_len(s)];
+        let n = slugify_into(s, &mut out);
+        String::from_utf8(out[..n].to_vec()).unwrap()
     }
 
     #[test]
@@ -96,5 +154,8 @@ mod tests {
         assert_eq!(slug("Straße"), "strasse");
         assert_eq!(slug("Привет Мир"), "привет-мир");
         assert_eq!(slug("!!!"), "");
+        // Lowercasing that grows a char: U+0130 (2 bytes) becomes "i\u{307}" (3 bytes).
+        assert_eq!(slug("-İ-İ-"), "i\u{307}-i\u{307}");
+        assert_eq!(slug("ß"), "ss");
     }
 }
