@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every Lancet test on a fresh machine: installs protoc and the wasm32 target when missing,
-# builds the example UDF plugins, runs the Rust unit and black-box tests, then the Python client
-# tests (lancedb, lance-namespace, pylance) in a venv this script creates.
+# builds the example UDF plugins, runs the Rust unit and black-box tests and the plugins' own
+# unit tests, then the Python client tests (lancedb, lance-namespace, pylance) in a venv this
+# script creates.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +29,9 @@ fi
 
 echo "== Rust tests"
 cargo test --workspace --locked -- --test-threads=2
+
+echo "== UDF plugins' own unit tests (native)"
+(cd plugins && CARGO_TARGET_DIR="$HOME/.cache/lancet-plugins-target" cargo test --locked -q)
 
 echo "== Python client tests"
 bash tests/python/run.sh
