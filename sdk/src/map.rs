@@ -223,7 +223,7 @@ pub fn map_str(
 /// Why: in Wasm, a loop that may call out (a `String` growing, say) has its state spilled to
 /// the stack on every iteration by the code generator. Writing into a slice keeps the loop
 /// free of calls (a failed bounds check is a trap, not a call), so its state stays in
-/// registers: for slugify this is most of the difference to native speed.
+/// registers. (slugify, with its rare cases moved out of line: 160 -> 125 ns/row in Wasm.)
 pub fn map_str_bounded(
     array: &ArrayRef,
     max_len: impl Fn(&str) -> usize,

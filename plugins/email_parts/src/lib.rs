@@ -140,7 +140,8 @@ fn split_unicode(text: &str) -> Option<(&str, &str)> {
     (user_ok && domain_ok).then_some((user, domain))
 }
 
-/// A Utf8 column being built: text, offsets, validity.
+/// A Utf8 column being built: text, offsets, validity. (Not arrow's `StringBuilder`, which
+/// cannot lowercase a value in place once appended: it would need a scratch copy per row.)
 struct Utf8Out {
     values: String,
     offsets: Vec<i32>,
