@@ -22,6 +22,7 @@ mod module_check;
 mod package;
 mod pool;
 mod runtime;
+mod validate;
 
 pub use error::UdfError;
 pub use invoke::InvokeOutput;
