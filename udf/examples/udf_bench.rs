@@ -19,7 +19,7 @@ use lancet_udf::{ABI_NAME, Limits, Manifest, OnError, Runtime, RuntimeConfig, sh
 
 const ROWS: usize = 1_000_000;
 const BATCH: usize = 65_536;
-const PASSES: usize = 5;
+const PASSES: usize = 9;
 
 type NativeFn = fn(&RecordBatch) -> Result<ArrayRef, lancet_sdk::UdfError>;
 
@@ -166,17 +166,23 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-/// Best of PASSES full passes over all batches (the first pass warms up and is not counted).
-fn time_passes(mut pass: impl FnMut()) -> Duration {
-    pass();
-    (0..PASSES)
-        .map(|_| {
-            let t = Instant::now();
-            pass();
-            t.elapsed()
-        })
-        .min()
-        .unwrap()
+/// Best of PASSES full passes over all batches for each of `a` and `b`, their passes
+/// alternating so that a slow spell of a noisy machine slows both (the first pass of each
+/// warms up and is not counted).
+fn time_interleaved(mut a: impl FnMut(), mut b: impl FnMut()) -> (Duration, Duration) {
+    let timed = |pass: &mut dyn FnMut()| {
+        let t = Instant::now();
+        pass();
+        t.elapsed()
+    };
+    a();
+    b();
+    let mut best = (Duration::MAX, Duration::MAX);
+    for _ in 0..PASSES {
+        best.0 = best.0.min(timed(&mut a));
+        best.1 = best.1.min(timed(&mut b));
+    }
+    best
 }
 
 fn per_row(d: Duration) -> (f64, f64) {
@@ -228,15 +234,15 @@ fn main() {
         compile_before = rt.stats().compile_time;
         cold_compile.push((case.plugin, module.len(), t.elapsed(), compile));
 
-        let wasm = time_passes(|| {
+        let wasm_pass = || {
             for b in &case.batches {
                 black_box(rt.invoke(&udf, "bench", b, None, &limits).unwrap());
             }
-        });
-        let native = if case.plugin == "identity_i64" {
+        };
+        let (wasm, native) = if case.plugin == "identity_i64" {
             // Identity natively is an Arc clone; the honest baseline is copying the bytes.
             let mut dst = vec![0i64; BATCH];
-            time_passes(|| {
+            time_interleaved(wasm_pass, || {
                 for b in &case.batches {
                     let src = b
                         .column(0)
@@ -249,7 +255,7 @@ fn main() {
                 }
             })
         } else {
-            time_passes(|| {
+            time_interleaved(wasm_pass, || {
                 for b in &case.batches {
                     black_box((case.native)(b).unwrap());
                 }
