@@ -312,6 +312,24 @@ mod tests {
         }
     }
 
+    /// email_parts over `column`: each row's `(user, domain)`, or None.
+    fn parts_of(column: ArrayRef) -> Vec<Option<(String, String)>> {
+        let batch = RecordBatch::try_from_iter([("email", column)]).unwrap();
+        let out = email_parts(&batch).unwrap();
+        let out = out.as_struct();
+        let (users, domains) = (
+            out.column(0).as_string::<i32>(),
+            out.column(1).as_string::<i32>(),
+        );
+        (0..out.len())
+            .map(|i| {
+                users
+                    .is_valid(i)
+                    .then(|| (users.value(i).to_string(), domains.value(i).to_string()))
+            })
+            .collect()
+    }
+
     /// Large strings, string views, nulls and a sliced column give what plain strings give.
     #[test]
     fn every_string_layout_agrees() {
@@ -322,51 +340,25 @@ mod tests {
             Some("ü@Ü.de"),
             Some("q@r.st"),
         ];
-        let run = |column: ArrayRef| {
-            let batch = RecordBatch::try_from_iter([("email", column)]).unwrap();
-            let out = email_parts(&batch).unwrap();
-            let out = out.as_struct();
-            let (users, domains) = (
-                out.column(0).as_string::<i32>(),
-                out.column(1).as_string::<i32>(),
-            );
-            (0..out.len())
-                .map(|i| {
-                    users
-                        .is_valid(i)
-                        .then(|| (users.value(i).to_string(), domains.value(i).to_string()))
-                })
-                .collect::<Vec<_>>()
-        };
-        let plain = run(Arc::new(StringArray::from(rows.to_vec())));
+        let plain = parts_of(Arc::new(StringArray::from(rows.to_vec())));
         assert_eq!(plain[0], Some(("A".into(), "b.org".into())));
         assert_eq!(plain[1..3], [None, None]);
         assert_eq!(plain[3], Some(("ü".into(), "ü.de".into())));
         let large = lancet_sdk::arrow_array::LargeStringArray::from(rows.to_vec());
-        assert_eq!(run(Arc::new(large)), plain);
+        assert_eq!(parts_of(Arc::new(large)), plain);
         let views = lancet_sdk::arrow_array::StringViewArray::from(rows.to_vec());
-        assert_eq!(run(Arc::new(views)), plain);
+        assert_eq!(parts_of(Arc::new(views)), plain);
         let sliced = StringArray::from(rows.to_vec()).slice(1, 4);
-        assert_eq!(run(Arc::new(sliced)), plain[1..]);
+        assert_eq!(parts_of(Arc::new(sliced)), plain[1..]);
     }
 
     /// In a column each row's window holds the next rows' bytes: they must not matter.
     #[test]
     fn column_rows_agree_with_the_char_rules() {
         let cases = cases();
-        let column: ArrayRef = Arc::new(StringArray::from_iter_values(&cases));
-        let batch = RecordBatch::try_from_iter([("email", column)]).unwrap();
-        let out = email_parts(&batch).unwrap();
-        let out = out.as_struct();
-        let (users, domains) = (
-            out.column(0).as_string::<i32>(),
-            out.column(1).as_string::<i32>(),
-        );
-        for (i, case) in cases.iter().enumerate() {
+        let got = parts_of(Arc::new(StringArray::from_iter_values(&cases)));
+        for (case, got) in cases.iter().zip(got) {
             let expected = split_unicode(case).map(|(u, d)| (u.to_string(), d.to_lowercase()));
-            let got = users
-                .is_valid(i)
-                .then(|| (users.value(i).to_string(), domains.value(i).to_string()));
             assert_eq!(got, expected, "{case:?}");
         }
     }
