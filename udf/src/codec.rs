@@ -16,7 +16,6 @@ use arrow_schema::{ArrowError, DataType};
 use std::io::Write;
 
 use crate::UdfError;
-use crate::validate::validate_full;
 use lancet_sdk::layout::{self as input_layout, DirectBatch};
 
 /// An IPC stream ends with this marker (or its pre-1.0 four-zero-byte form).
@@ -165,8 +164,8 @@ pub(crate) fn decode_output(
         udf: udf.to_string(),
         reason,
     };
-    // arrow-ipc is not hardened against every malformed input; a panic in it must become this
-    // call's error, not take the server thread down.
+    // arrow-ipc validates what it decodes, but it is not hardened against every malformed
+    // input; a panic in it must become this call's error, not take the server thread down.
     let batch = catch_unwind(AssertUnwindSafe(|| read_one_batch(stream)))
         .map_err(|_| bad("the Arrow IPC decoder panicked on it".into()))?
         .map_err(bad)?;
@@ -195,19 +194,8 @@ pub(crate) fn decode_output(
     }
 }
 
-/// The stream's one record batch, every column checked by [`validate_full`].
 fn read_one_batch(mut stream: Buffer) -> Result<RecordBatch, String> {
-    // SAFETY: the decoder builds arrays without checking them, and nothing reads them before
-    // `checked` has run arrow's own checks on them (a faster but equivalent one for strings).
-    let mut decoder = unsafe { StreamDecoder::new().with_skip_validation(true) };
-    let checked = |batch: RecordBatch| {
-        let invalid = |e: ArrowError| format!("invalid Arrow data in the stream: {e}");
-        for column in batch.columns() {
-            validate_full(&column.to_data()).map_err(invalid)?;
-        }
-        // The batch-level checks (lengths, types, nullability) the decoder also skipped.
-        RecordBatch::try_new(batch.schema(), batch.columns().to_vec()).map_err(invalid)
-    };
+    let mut decoder = StreamDecoder::new();
     while !stream.is_empty() {
         let decoded = decoder
             .decode(&mut stream)
@@ -215,8 +203,8 @@ fn read_one_batch(mut stream: Buffer) -> Result<RecordBatch, String> {
         if let Some(batch) = decoded {
             let rest = stream.as_slice();
             return match rest {
-                [] => checked(batch),
-                _ if rest == EOS || rest == &EOS[4..] => checked(batch),
+                [] => Ok(batch),
+                _ if rest == EOS || rest == &EOS[4..] => Ok(batch),
                 _ if rest.starts_with(&EOS) => Err(format!(
                     "{} trailing bytes after the end of the stream",
                     rest.len() - EOS.len()
@@ -237,7 +225,7 @@ fn read_one_batch(mut stream: Buffer) -> Result<RecordBatch, String> {
 /// children by name. `None` if the types really differ or the data breaks `want`'s rules.
 fn conform(column: ArrayRef, want: &DataType) -> Option<ArrayRef> {
     let data = retype(column.to_data(), want)?;
-    validate_full(&data).ok()?;
+    data.validate_full().ok()?;
     Some(make_array(data))
 }
 

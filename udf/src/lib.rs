@@ -22,7 +22,6 @@ mod module_check;
 mod package;
 mod pool;
 mod runtime;
-mod validate;
 
 pub use error::UdfError;
 pub use invoke::InvokeOutput;
