@@ -29,7 +29,7 @@ pub use error::UdfError;
 pub mod prelude {
     pub use crate::map::{
         arg, for_each_str, map_f64, map_i64, map_str, map_str_bounded, map_str_to_f32s, map_values,
-        struct_of, to_f64, to_i64, utf8_column, utf8_string, zip_f64, zip_values,
+        struct_of, to_f64, to_i64, utf8_column, utf8_column_from_bytes, zip_f64, zip_values,
     };
     pub use crate::{Config, UdfError, config, export_init, export_udf, udf_error};
     pub use arrow_array::cast::AsArray;

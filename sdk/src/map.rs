@@ -256,24 +256,27 @@ pub fn map_str_bounded(
         ));
     }
     values.truncate(end);
-    utf8_column(
-        utf8_string(values)?,
-        offsets,
-        Some(NullBuffer::new(valid.finish())),
-    )
+    utf8_column_from_bytes(values, offsets, Some(NullBuffer::new(valid.finish())))
 }
 
-/// `bytes` as a `String`, checked as UTF-8: for UDFs that build text as bytes.
+/// [`utf8_column`] for text a UDF built as bytes: checked as UTF-8 too.
 ///
-/// All-ASCII text (most UDF output) is recognised in one vectorised pass; `String::from_utf8`
-/// alone walks it 8 bytes per step in Wasm, where `usize` is 4 bytes.
-pub fn utf8_string(bytes: Vec<u8>) -> Result<String, UdfError> {
-    if all_ascii(&bytes) {
+/// All-ASCII text (most UDF output) is recognised in one vectorised pass, which also spares
+/// the per-offset char-boundary check; `String::from_utf8` alone walks text 8 bytes per step
+/// in Wasm, where `usize` is 4 bytes.
+pub fn utf8_column_from_bytes(
+    values: Vec<u8>,
+    offsets: Vec<i32>,
+    nulls: Option<NullBuffer>,
+) -> Result<ArrayRef, UdfError> {
+    let ascii = all_ascii(&values);
+    let values = if ascii {
         // SAFETY: ASCII is UTF-8.
-        Ok(unsafe { String::from_utf8_unchecked(bytes) })
+        unsafe { String::from_utf8_unchecked(values) }
     } else {
-        String::from_utf8(bytes).map_err(|e| udf_error!("string result is not UTF-8: {e}"))
-    }
+        String::from_utf8(values).map_err(|e| udf_error!("string result is not UTF-8: {e}"))?
+    };
+    checked_utf8_column(values, ascii, offsets, nulls)
 }
 
 /// Whether every byte is ASCII, by OR-ing them all together 8 at a time, 64 bytes per
@@ -302,16 +305,24 @@ pub fn utf8_column(
     offsets: Vec<i32>,
     nulls: Option<NullBuffer>,
 ) -> Result<ArrayRef, UdfError> {
+    let ascii = all_ascii(values.as_bytes());
+    checked_utf8_column(values, ascii, offsets, nulls)
+}
+
+/// [`utf8_column`], told whether `values` is all ASCII.
+fn checked_utf8_column(
+    values: String,
+    ascii: bool,
+    offsets: Vec<i32>,
+    nulls: Option<NullBuffer>,
+) -> Result<ArrayRef, UdfError> {
     if values.len() > i32::MAX as usize {
         return Err(UdfError::new("string result larger than 2 GiB"));
     }
-    let ascii = all_ascii(values.as_bytes());
     let mut ok = offsets.first() == Some(&0) && offsets.last() == Some(&(values.len() as i32));
-    // No early exit (a failure is a bug in the UDF, not worth a branch per row), and fixed
-    // chunks for Wasm's sake (see `all_ascii`).
+    // No early exit: a failure is a bug in the UDF, not worth a branch per row.
     let mut previous = 0;
-    let (chunks, rest) = offsets.as_chunks::<LANES>();
-    for &offset in chunks.iter().flatten().chain(rest) {
+    for &offset in &offsets {
         ok &= previous <= offset && (ascii || values.is_char_boundary(offset as usize));
         previous = offset;
     }
@@ -417,11 +428,18 @@ mod tests {
     }
 
     #[test]
-    fn utf8_string_checks_bytes() {
-        assert_eq!(utf8_string(b"plain".to_vec()).unwrap(), "plain");
-        assert_eq!(utf8_string("é".as_bytes().to_vec()).unwrap(), "é");
-        assert!(utf8_string(b"a\xc3".to_vec()).is_err());
-        assert!(utf8_string(b"\xff".to_vec()).is_err());
+    fn utf8_column_from_bytes_checks_bytes() {
+        let text = |bytes: &[u8]| {
+            let offsets = vec![0, bytes.len() as i32];
+            utf8_column_from_bytes(bytes.to_vec(), offsets, None)
+                .map(|a| a.as_string::<i32>().value(0).to_string())
+        };
+        assert_eq!(text(b"plain").unwrap(), "plain");
+        assert_eq!(text("é".as_bytes()).unwrap(), "é");
+        assert!(text(b"a\xc3").is_err());
+        assert!(text(b"\xff").is_err());
+        // Bytes that are UTF-8 still get their offsets checked.
+        assert!(utf8_column_from_bytes("é".as_bytes().to_vec(), vec![0, 1, 2], None).is_err());
     }
 
     #[test]

@@ -204,7 +204,7 @@ impl Utf8Out {
     }
 
     fn finish(self, nulls: &NullBuffer) -> Result<ArrayRef, UdfError> {
-        utf8_column(utf8_string(self.values)?, self.offsets, Some(nulls.clone()))
+        utf8_column_from_bytes(self.values, self.offsets, Some(nulls.clone()))
     }
 }
 
