@@ -54,6 +54,10 @@ struct Classes {
 
 impl Classes {
     /// Classifies the first `BLOCKS` 16-byte blocks of `window` (the rest count as no class).
+    // `of`, `for_text` and `scan` are forced inline: LLVM kept them as calls, and a call that
+    // returns a struct returns it through memory (in Wasm, the shadow stack in linear memory).
+    // Inlined, the masks stay in registers: Wasm 40.3 -> 32.5 ns/row, native 19.4 -> 16.9.
+    #[inline(always)]
     fn of<const BLOCKS: usize>(window: &[u8; WINDOW]) -> Self {
         let mut m = Classes {
             space: 0,
@@ -81,6 +85,7 @@ impl Classes {
     }
 
     /// Classifies just enough of `window` for text of `len` bytes.
+    #[inline(always)]
     fn for_text(len: usize, window: &[u8; WINDOW]) -> Self {
         if len <= 32 {
             Self::of::<2>(window)
@@ -98,6 +103,7 @@ fn span(lo: u32, hi: u32) -> u64 {
 
 /// The rules of [`split_unicode`] for the text whose `len` bytes start the window `m`
 /// classifies. Longer text than the window answers `NotAscii` (go and use the chars).
+#[inline(always)]
 fn scan(len: usize, m: &Classes) -> Scanned {
     if len > WINDOW {
         return Scanned::NotAscii;
