@@ -16,10 +16,8 @@ use arrow_schema::{ArrowError, DataType};
 use std::io::Write;
 
 use crate::UdfError;
+use crate::result_reader::{self, EOS};
 use lancet_sdk::layout::{self as input_layout, DirectBatch};
-
-/// An IPC stream ends with this marker (or its pre-1.0 four-zero-byte form).
-const EOS: [u8; 8] = [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0];
 
 /// An input batch encoded as IPC messages but not yet laid out as one stream: the stream is
 /// assembled only once, directly in guest memory (one copy fewer than encoding into a host
@@ -194,23 +192,22 @@ pub(crate) fn decode_output(
     }
 }
 
-fn read_one_batch(mut stream: Buffer) -> Result<RecordBatch, String> {
+fn read_one_batch(stream: Buffer) -> Result<RecordBatch, String> {
+    if let Some(read) = result_reader::read_direct(&stream) {
+        return read;
+    }
+    read_with_arrow(stream)
+}
+
+/// Any stream arrow can read (dictionaries, lists, views, ...), checked by arrow's validation.
+fn read_with_arrow(mut stream: Buffer) -> Result<RecordBatch, String> {
     let mut decoder = StreamDecoder::new();
     while !stream.is_empty() {
         let decoded = decoder
             .decode(&mut stream)
             .map_err(|e| format!("malformed Arrow IPC stream: {e}"))?;
         if let Some(batch) = decoded {
-            let rest = stream.as_slice();
-            return match rest {
-                [] => Ok(batch),
-                _ if rest == EOS || rest == &EOS[4..] => Ok(batch),
-                _ if rest.starts_with(&EOS) => Err(format!(
-                    "{} trailing bytes after the end of the stream",
-                    rest.len() - EOS.len()
-                )),
-                _ => Err("more than one message after the record batch".into()),
-            };
+            return result_reader::check_stream_end(stream.as_slice()).map(|()| batch);
         }
     }
     match decoder.finish() {

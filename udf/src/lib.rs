@@ -21,6 +21,7 @@ mod module_cache;
 mod module_check;
 mod package;
 mod pool;
+mod result_reader;
 mod runtime;
 
 pub use error::UdfError;
