@@ -1,4 +1,4 @@
-//! The guest half of the Lancet UDF ABI, version 1 (see README.md for the contract).
+//! The guest half of the Lancet UDF ABI, version 2 (see README.md for the contract).
 //!
 //! Everything here is plain Rust so it is unit-tested natively; only the `extern "C"` exports
 //! at the bottom are compiled for wasm32.
@@ -13,12 +13,16 @@ use arrow_buffer::Buffer;
 
 use crate::{Config, UdfError, ipc};
 
-/// Returned by `lancet_abi_version`; the host refuses modules reporting anything else.
-pub const ABI_VERSION: i32 = 1;
+/// Returned by `lancet_abi_version`. Version 2 is version 1 plus gathered results
+/// ([`STATUS_GATHERED`]); hosts speaking 2 also run version-1 modules.
+pub const ABI_VERSION: i32 = 2;
 /// First byte of a result buffer: the rest is an Arrow IPC stream (or empty, for init).
 pub const STATUS_OK: u8 = 0;
 /// First byte of a result buffer: the rest is a UTF-8 error message.
 pub const STATUS_ERROR: u8 = 1;
+/// First byte of a result buffer (version 2): the rest is a list of `(address: u32 LE,
+/// length: u32 LE)` byte ranges of guest memory whose concatenation is the Arrow IPC stream.
+pub const STATUS_GATHERED: u8 = 2;
 
 /// Guest buffers are 16-byte aligned so Arrow buffers inside an IPC stream (64-byte padded
 /// relative to its start) can be used in place instead of being copied for alignment.
@@ -86,6 +90,9 @@ thread_local! {
     /// The last result buffer. It is reused across calls (its capacity stays), and stays valid
     /// until the next call into the instance, which is all the host needs to copy it out.
     static RESULT: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    /// The last entry point's result stream, as ranges (and the column buffers they point
+    /// into, kept alive until the next call).
+    static GATHERED: RefCell<ipc::GatheredStream> = RefCell::new(ipc::GatheredStream::default());
 }
 
 /// Packs a result buffer as the i64 the ABI returns: pointer in the high 32 bits, length low.
@@ -112,15 +119,44 @@ pub fn last_result() -> Vec<u8> {
     RESULT.with(|cell| cell.borrow().clone())
 }
 
-/// Body of every exported entry point: decode the input batch, run `f`, encode its column.
+/// The stream the last gathered result describes, assembled (for native tests).
+pub fn last_gathered_stream() -> Vec<u8> {
+    GATHERED.with(|cell| cell.borrow().to_vec())
+}
+
+/// Body of every exported entry point: decode the input batch, run `f`, and return its
+/// column as a gathered result (the host copies the column's buffers straight out).
 pub fn run_entry(input: Buffer, f: fn(&RecordBatch) -> Result<ArrayRef, UdfError>) -> i64 {
     install_panic_hook();
-    finish(|out| {
-        // SAFETY: entry points only receive what the host encoded from valid arrays.
-        let batch = unsafe { ipc::decode_trusted_batch(input)? };
-        let result = f(&batch)?;
-        drop(batch);
-        ipc::encode_column(&result, out)
+    GATHERED.with(|cell| {
+        let mut gathered = cell.borrow_mut();
+        // The previous result's buffers are no longer needed: free them before this call.
+        gathered.clear();
+        let described = (|| {
+            // SAFETY: entry points only receive what the host encoded from valid arrays.
+            let batch = unsafe { ipc::decode_trusted_batch(input)? };
+            let result = f(&batch)?;
+            drop(batch);
+            gathered.describe(&result)
+        })();
+        match described {
+            Ok(()) => RESULT.with(|cell| {
+                let mut out = cell.borrow_mut();
+                out.clear();
+                out.push(STATUS_GATHERED);
+                for &(at, len) in gathered.segments() {
+                    // Guest addresses and lengths fit in 32 bits (wasm32); natively the
+                    // list is only for show and tests read `last_gathered_stream`.
+                    out.extend_from_slice(&(at as u32).to_le_bytes());
+                    out.extend_from_slice(&(len as u32).to_le_bytes());
+                }
+                pack(out.as_ptr() as usize, out.len())
+            }),
+            Err(e) => {
+                gathered.clear();
+                finish(|_| Err(e))
+            }
+        }
     })
 }
 

@@ -7,7 +7,7 @@ use arrow_array::types::Int64Type;
 use arrow_array::{ArrayRef, Int64Array, RecordBatch};
 use arrow_buffer::Buffer;
 
-use crate::abi::{self, STATUS_ERROR, STATUS_OK};
+use crate::abi::{self, STATUS_ERROR, STATUS_GATHERED, STATUS_OK};
 use crate::prelude::*;
 
 fn input(values: Vec<i64>) -> Buffer {
@@ -29,8 +29,17 @@ fn entry_wrapper_returns_one_column_stream() {
     let packed = abi::run_entry(input(vec![1, 2, 3]), double);
     let out = abi::last_result();
     assert_eq!(packed as u64 & 0xffff_ffff, out.len() as u64);
-    assert_eq!(out[0], STATUS_OK);
-    let batch = crate::ipc::decode_batch(Buffer::from_vec(out[1..].to_vec())).unwrap();
+    assert_eq!(out[0], STATUS_GATHERED);
+    // Ranges: framing, the values buffer, its padding, the end marker (adjacent ones merged).
+    assert_eq!((out.len() - 1) % 8, 0);
+    assert!((out.len() - 1) / 8 >= 2, "{out:?}");
+    let stream = abi::last_gathered_stream();
+    let lengths: usize = out[1..]
+        .chunks_exact(8)
+        .map(|r| u32::from_le_bytes(r[4..].try_into().unwrap()) as usize)
+        .sum();
+    assert_eq!(lengths, stream.len());
+    let batch = crate::ipc::decode_batch(Buffer::from_vec(stream)).unwrap();
     assert_eq!(batch.num_columns(), 1);
     let col = batch.column(0).as_primitive::<Int64Type>();
     assert_eq!(col.values(), &[2, 4, 6]);
@@ -74,8 +83,9 @@ fn pack_puts_pointer_high_and_length_low() {
     assert_eq!(abi::pack(0xffff_fff0, 5) as u64 >> 32, 0xffff_fff0);
 }
 
-/// Result streams from the copy-free layout are byte for byte what arrow's StreamWriter
-/// writes, for covered types (sliced and with nulls) and for the fallback alike.
+/// Result streams from the copy-free layout, written or gathered, are byte for byte what
+/// arrow's StreamWriter writes, for covered types (sliced and with nulls) and for the
+/// fallback alike.
 #[test]
 fn encode_column_writes_arrows_bytes() {
     use arrow_array::builder::{FixedSizeListBuilder, Float32Builder};
@@ -122,6 +132,14 @@ fn encode_column_writes_arrows_bytes() {
             w.write(&batch).unwrap();
             w.finish().unwrap();
             assert_eq!(ours, reference, "{} {offset}+{len}", column.data_type());
+            let mut gathered = crate::ipc::GatheredStream::default();
+            gathered.describe(&column).unwrap();
+            assert_eq!(
+                gathered.to_vec(),
+                reference[1..],
+                "gathered {} {offset}+{len}",
+                column.data_type()
+            );
         }
     }
 }

@@ -31,7 +31,10 @@ pub enum UdfError {
     ForbiddenImport { module: String, name: String },
     #[error("module export `{name}` is missing or has the wrong type: {detail}")]
     MissingExport { name: String, detail: String },
-    #[error("module speaks UDF ABI version {found}; this server speaks version {expected}")]
+    #[error(
+        "module speaks UDF ABI version {found}; this server speaks versions {} to {expected}",
+        crate::OLDEST_ABI_VERSION
+    )]
     AbiMismatch { expected: i32, found: i32 },
     #[error("UDF {udf} rejected its configuration: {message}")]
     Init { udf: String, message: String },

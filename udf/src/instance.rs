@@ -1,7 +1,7 @@
 //! One guest instance in its own Store, and the ABI calls into it: copy the input in, call,
 //! check and copy the result out. Any error returned here means the instance must be dropped.
 
-use arrow_buffer::Buffer;
+use arrow_buffer::{Buffer, MutableBuffer};
 use wasmtime::{Engine, InstancePre, Memory, ResourceLimiter, Store, Trap, TypedFunc};
 
 use crate::UdfError;
@@ -11,6 +11,9 @@ use crate::limits::Limits;
 
 const STATUS_OK: u8 = 0;
 const STATUS_ERROR: u8 = 1;
+/// ABI version 2: the rest of the buffer lists `(address, length)` ranges (u32 LE each) of
+/// guest memory that together form the result stream.
+const STATUS_GATHERED: u8 = 2;
 /// Guest error messages longer than this are cut (the guest controls their size).
 const MAX_MESSAGE: usize = 4096;
 
@@ -278,6 +281,7 @@ impl GuestInstance {
         })?;
         match bytes[0] {
             STATUS_OK => Ok(Outcome::Ok(Buffer::from_slice_ref(&bytes[1..]))),
+            STATUS_GATHERED => gather(data, &bytes[1..], limits, udf).map(Outcome::Ok),
             STATUS_ERROR => {
                 let message = &bytes[1..bytes.len().min(MAX_MESSAGE + 1)];
                 Ok(Outcome::GuestError(
@@ -292,6 +296,45 @@ impl GuestInstance {
     fn call_error(&mut self, err: wasmtime::Error, udf: &str, limits: &Limits) -> UdfError {
         classify(err, self.store.data_mut(), udf, limits)
     }
+}
+
+/// Copies the ranges a gathered result lists, in order, into one 64-byte-aligned buffer.
+/// Every range is checked against guest memory and the total against the output cap before
+/// anything is copied, so a hostile list costs no more than reading it.
+fn gather(memory: &[u8], list: &[u8], limits: &Limits, udf: &str) -> Result<Buffer, UdfError> {
+    if !list.len().is_multiple_of(8) {
+        return Err(bad_output(
+            udf,
+            &format!(
+                "gathered result list of {} bytes (not whole ranges)",
+                list.len()
+            ),
+        ));
+    }
+    let word = |b: &[u8]| u32::from_le_bytes(b.try_into().expect("4 bytes")) as usize;
+    let ranges = || list.chunks_exact(8).map(|r| (word(&r[..4]), word(&r[4..])));
+    let mut total = 0usize;
+    for (at, len) in ranges() {
+        if at.checked_add(len).is_none_or(|end| end > memory.len()) {
+            return Err(bad_output(
+                udf,
+                &format!("gathered range {at:#x}+{len} lies outside guest memory"),
+            ));
+        }
+        total = total.saturating_add(len);
+    }
+    if total > limits.max_output_bytes {
+        return Err(UdfError::OutputTooLarge {
+            udf: udf.to_string(),
+            size: total,
+            limit: limits.max_output_bytes,
+        });
+    }
+    let mut out = MutableBuffer::with_capacity(total);
+    for (at, len) in ranges() {
+        out.extend_from_slice(&memory[at..at + len]);
+    }
+    Ok(out.into())
 }
 
 fn instantiate_error(

@@ -27,6 +27,8 @@ mod runtime;
 pub use error::UdfError;
 pub use invoke::InvokeOutput;
 pub use limits::{Limits, LimitsOverride};
-pub use manifest::{ABI_NAME, ABI_VERSION, MAX_MODULE_BYTES, Manifest, OnError, sha256_hex};
+pub use manifest::{
+    ABI_NAME, ABI_VERSION, MAX_MODULE_BYTES, Manifest, OLDEST_ABI_VERSION, OnError, sha256_hex,
+};
 pub use package::{Packaged, decode_module_base64, package};
 pub use runtime::{PreparedUdf, Runtime, RuntimeConfig, RuntimeStats};

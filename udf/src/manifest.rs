@@ -11,8 +11,11 @@ use crate::limits::LimitsOverride;
 
 /// The only `abi` value this runtime accepts.
 pub const ABI_NAME: &str = "lancet-udf/1";
-/// The guest's `lancet_abi_version()` must return this.
-pub const ABI_VERSION: i32 = 1;
+/// The newest `lancet_abi_version()` this runtime speaks. Version 2 is version 1 plus
+/// gathered results (the guest lists byte ranges instead of writing one stream).
+pub const ABI_VERSION: i32 = 2;
+/// The oldest version still run (version-1 modules work unchanged).
+pub const OLDEST_ABI_VERSION: i32 = 1;
 /// Modules larger than this are refused before hashing or compiling.
 pub const MAX_MODULE_BYTES: u64 = 64 << 20;
 

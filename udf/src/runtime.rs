@@ -14,7 +14,7 @@ use crate::UdfError;
 use crate::engine::{EpochTicker, build_engine, build_linker, compatibility_key};
 use crate::instance::GuestInstance;
 use crate::limits::Limits;
-use crate::manifest::{ABI_VERSION, MAX_MODULE_BYTES, Manifest, sha256_hex};
+use crate::manifest::{ABI_VERSION, MAX_MODULE_BYTES, Manifest, OLDEST_ABI_VERSION, sha256_hex};
 use crate::module_cache::{CompiledModule, ModuleCache, write_atomically};
 use crate::module_check::{check_header, check_interface};
 use crate::pool::{InstanceKey, InstancePool};
@@ -266,7 +266,7 @@ impl Runtime {
         let version = probe.abi_version(&limits, &label).map_err(|e| {
             UdfError::InvalidModule(format!("calling lancet_abi_version failed: {e}"))
         })?;
-        if version != ABI_VERSION {
+        if !(OLDEST_ABI_VERSION..=ABI_VERSION).contains(&version) {
             return Err(UdfError::AbiMismatch {
                 expected: ABI_VERSION,
                 found: version,

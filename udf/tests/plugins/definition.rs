@@ -88,8 +88,8 @@ fn abi_version_and_exports_are_checked() {
         matches!(
             err,
             UdfError::AbiMismatch {
-                found: 2,
-                expected: 1
+                found: 3,
+                expected: 2
             }
         ),
         "{err}"

@@ -87,8 +87,14 @@ fn traps_and_panics_are_reported_with_their_message() {
 
 #[test]
 fn bad_output_is_rejected() {
-    let cases: [(&str, Option<DataType>, &str); 6] = [
+    let cases: [(&str, Option<DataType>, &str); 8] = [
         ("wrong_rows", None, "2 rows for 1 input rows"),
+        (
+            "gather_outside",
+            None,
+            "range 0xffff0000+256 lies outside guest memory",
+        ),
+        ("gather_ragged", None, "list of 3 bytes (not whole ranges)"),
         ("malformed", None, "malformed Arrow IPC"),
         ("trailing", None, "5 trailing bytes"),
         ("two_columns", None, "2 columns"),
@@ -116,6 +122,13 @@ fn oversized_and_out_of_bounds_results_are_rejected() {
     );
     let (err, _) = run_hostile("bogus_length", &limits(), None);
     assert!(matches!(err, UdfError::OutputTooLarge { .. }), "{err}");
+    // Refused from the list alone: 64 MiB is never copied.
+    let (err, took) = run_hostile("gather_huge", &limits(), None);
+    assert!(
+        matches!(err, UdfError::OutputTooLarge { size, .. } if size == 64 << 20),
+        "{err}"
+    );
+    assert!(took < PROMPTLY, "{took:?}");
     let roomy = Limits {
         max_output_bytes: usize::MAX / 2,
         ..limits()

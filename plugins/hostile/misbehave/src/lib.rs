@@ -4,7 +4,7 @@
 use std::hint::black_box;
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use lancet_sdk::abi::{STATUS_OK, raw_result};
+use lancet_sdk::abi::{STATUS_GATHERED, STATUS_OK, raw_result};
 use lancet_sdk::prelude::*;
 
 /// Never returns: only the epoch deadline stops it.
@@ -88,6 +88,26 @@ pub fn two_columns(batch: &RecordBatch) -> i64 {
 /// An unknown status byte.
 pub fn bad_status(_: &RecordBatch) -> i64 {
     raw_result(7, b"")
+}
+
+/// A gathered result (ABI version 2) listing a range far outside memory.
+pub fn gather_outside(_: &RecordBatch) -> i64 {
+    raw_result(STATUS_GATHERED, &range(0xffff_0000, 0x100))
+}
+
+/// A gathered result whose ranges each lie in memory but add up to 64 MiB.
+pub fn gather_huge(_: &RecordBatch) -> i64 {
+    let list: Vec<u8> = (0..1024).flat_map(|_| range(0, 65_536)).collect();
+    raw_result(STATUS_GATHERED, &list)
+}
+
+/// A gathered result list that is not a whole number of ranges.
+pub fn gather_ragged(_: &RecordBatch) -> i64 {
+    raw_result(STATUS_GATHERED, &[1, 2, 3])
+}
+
+fn range(at: u32, len: u32) -> Vec<u8> {
+    [at.to_le_bytes(), len.to_le_bytes()].concat()
 }
 
 /// Utf8 where the caller declared another type.
@@ -186,7 +206,16 @@ macro_rules! export_raw {
     )+};
 }
 
-export_raw!(bogus_length, malformed, trailing, two_columns, bad_status);
+export_raw!(
+    bogus_length,
+    malformed,
+    trailing,
+    two_columns,
+    bad_status,
+    gather_outside,
+    gather_huge,
+    gather_ragged
+);
 
 /// Exported with a signature the ABI does not allow.
 #[cfg(target_arch = "wasm32")]

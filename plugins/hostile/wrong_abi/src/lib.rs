@@ -1,11 +1,11 @@
-//! A hand-written guest claiming ABI version 2, which this host does not speak. Otherwise it
+//! A hand-written guest claiming ABI version 3, which this host does not speak. Otherwise it
 //! has every export a version-1 module needs, so only the version check can reject it.
 
 #[cfg(target_arch = "wasm32")]
 mod exports {
     #[unsafe(no_mangle)]
     extern "C" fn lancet_abi_version() -> i32 {
-        2
+        3
     }
 
     #[unsafe(no_mangle)]
