@@ -189,28 +189,56 @@ fn split_unicode(text: &str) -> Option<(&str, &str)> {
     (user_ok && domain_ok).then_some((user, domain))
 }
 
-/// A Utf8 column being built: text and offsets (validity is shared by both output columns).
+/// A Utf8 column being built (validity is shared by both output columns), in buffers sized
+/// up front: the hot path writes into spare capacity and never grows a Vec. A possible call in the
+/// row loop (growing a Vec) made cranelift keep the row's vectors on the stack, as x86 has
+/// no callee-saved vector registers.
 struct Utf8Out {
+    /// The text so far. Its spare capacity is always at least `WINDOW` plus the text of the
+    /// rows still to come (each row adds at most its own text's length).
     values: Vec<u8>,
+    /// Capacity beyond that, from growing ahead (see [`Self::push`]).
+    headroom: usize,
+    /// One per row plus one, filled as rows end.
     offsets: Vec<i32>,
+    rows: usize,
 }
 
 impl Utf8Out {
+    /// For `rows` rows of at most `bytes` bytes of text in all (more is allowed, slower).
     fn with_capacity(rows: usize, bytes: usize) -> Self {
-        let mut offsets = Vec::with_capacity(rows + 1);
-        offsets.push(0);
         Self {
-            values: Vec::with_capacity(bytes),
-            offsets,
+            values: Vec::with_capacity(bytes + WINDOW),
+            headroom: 0,
+            offsets: vec![0; rows + 1],
+            rows: 0,
         }
     }
 
     /// Appends `src[..len]` by copying all of `src` and cutting back: a fixed-size copy is a
     /// few vector moves, a variable-length one a call (in Wasm, out to the host).
     fn push_prefix(&mut self, src: &[u8; WINDOW], len: usize) {
-        let end = self.values.len() + len;
-        self.values.extend_from_slice(src);
-        self.values.truncate(end);
+        let len = len.min(WINDOW);
+        self.values.spare_capacity_mut()[..WINDOW].write_copy_of_slice(src);
+        // SAFETY: the `len <= WINDOW` bytes past the old length were just written.
+        unsafe { self.values.set_len(self.values.len() + len) };
+    }
+
+    /// Appends any bytes taken from a row of `text_len` bytes (the char path). Capacity
+    /// planned for `text_len` bytes covers them, unless lowercasing made them longer: the
+    /// excess comes out of `headroom`, which grows (at least doubling the buffer) when short,
+    /// so every later row still finds its `WINDOW` bytes.
+    #[inline(never)]
+    fn push(&mut self, bytes: &[u8], text_len: usize) {
+        let excess = bytes.len().saturating_sub(text_len);
+        if excess > self.headroom {
+            let grow = excess.max(self.values.capacity());
+            let spare = self.values.capacity() - self.values.len();
+            self.values.reserve_exact(spare + grow);
+            self.headroom += grow;
+        }
+        self.headroom -= excess;
+        self.values.extend_from_slice(bytes);
     }
 
     /// [`Self::push_prefix`], ASCII capitals lowercased on the way.
@@ -230,7 +258,8 @@ impl Utf8Out {
     }
 
     fn end_row(&mut self) {
-        self.offsets.push(self.values.len() as i32);
+        self.rows += 1;
+        self.offsets[self.rows] = self.values.len() as i32;
     }
 
     fn finish(self, nulls: &NullBuffer) -> Result<ArrayRef, UdfError> {
@@ -259,11 +288,11 @@ fn split_column<O: OffsetSizeTrait>(input: &GenericStringArray<O>) -> Result<Arr
     let mut tail = [0; 2 * VIEW];
     tail[..data.len() - tail_start].copy_from_slice(&data[tail_start..]);
     let bounds = Bounds::new();
-    // Users and domains are each shorter than their rows' text, plus the fixed-size copy's
-    // slack at the end: reserved whole, since growing a Vec in Wasm copies it (dlmalloc has
-    // no mremap), which cost 2.4% of the UDF's time.
+    // Users and domains are each shorter than their rows' text (but for lowercasing some
+    // non-ASCII letters): sized from it, since growing a Vec in Wasm also copies it (dlmalloc
+    // has no mremap), which cost 2.4% of the UDF's time.
     let offsets = input.value_offsets();
-    let text_bytes = (offsets[input.len()] - offsets[0]).as_usize() + WINDOW;
+    let text_bytes = (offsets[input.len()] - offsets[0]).as_usize();
     let mut users = Utf8Out::with_capacity(input.len(), text_bytes);
     let mut domains = Utf8Out::with_capacity(input.len(), text_bytes);
     // Validity, packed as it goes: a `Vec<bool>` packed afterwards cost ~1 ns/row in Wasm.
@@ -288,9 +317,9 @@ fn split_column<O: OffsetSizeTrait>(input: &GenericStringArray<O>) -> Result<Arr
                 Scanned::Invalid => false,
                 Scanned::NotAscii => match split_unicode(text) {
                     Some((user, domain)) => {
-                        users.values.extend_from_slice(user.as_bytes());
+                        users.push(user.as_bytes(), text.len());
                         let lower: String = domain.chars().flat_map(char::to_lowercase).collect();
-                        domains.values.extend_from_slice(lower.as_bytes());
+                        domains.push(lower.as_bytes(), text.len());
                         true
                     }
                     None => false,
@@ -395,6 +424,19 @@ mod tests {
         assert_eq!(parts_of(Arc::new(views)), plain);
         let sliced = StringArray::from(rows.to_vec()).slice(1, 4);
         assert_eq!(parts_of(Arc::new(sliced)), plain[1..]);
+    }
+
+    /// Lowercasing can lengthen a domain (`İ`, 2 bytes, is `i̇`, 3): the output must still
+    /// fit when every later row is as long as its text allows.
+    #[test]
+    fn longer_lowercase_keeps_room_for_later_rows() {
+        // 100 rows 6 bytes over their text, then rows only 2 bytes under theirs.
+        let long = format!("u@{}.de", "d".repeat(57));
+        let mut rows = vec!["a@İİİİİİİİ.de"; 100];
+        rows.extend(vec![long.as_str(); 200]);
+        let got = parts_of(Arc::new(StringArray::from(rows)));
+        assert_eq!(got[0], Some(("a".into(), "i̇i̇i̇i̇i̇i̇i̇i̇.de".into())));
+        assert_eq!(got[299], Some(("u".into(), long[2..].into())));
     }
 
     /// In a column each row's window holds the next rows' bytes: they must not matter.
