@@ -64,6 +64,30 @@ impl DirectBatch {
 /// Padding source (destinations such as guest memory are not zeroed).
 const ZEROS: [u8; 64] = [0; 64];
 
+/// Whether [`lay_out`] covers columns of type `t`, nested types included: what a reader of
+/// its streams has to handle.
+pub fn covers(t: &DataType) -> bool {
+    match t {
+        DataType::FixedSizeList(child, _) => covers(child.data_type()),
+        DataType::Struct(fields) => fields.iter().all(|f| covers(f.data_type())),
+        t => covers_leaf(t),
+    }
+}
+
+fn covers_leaf(t: &DataType) -> bool {
+    t.is_numeric()
+        || t.is_temporal()
+        || matches!(
+            t,
+            DataType::FixedSizeBinary(_)
+                | DataType::Boolean
+                | DataType::Utf8
+                | DataType::Binary
+                | DataType::LargeUtf8
+                | DataType::LargeBinary
+        )
+}
+
 struct Collector {
     align: usize,
     nodes: Vec<FieldNode>,
@@ -123,22 +147,11 @@ impl Collector {
         let (offset, len) = (data.offset(), data.len());
         let null_count = data.null_count();
         let data_type = data.data_type();
-        let covered = |t: &DataType| {
-            t.is_numeric()
-                || t.is_temporal()
-                || matches!(
-                    t,
-                    DataType::FixedSizeBinary(_)
-                        | DataType::Boolean
-                        | DataType::Utf8
-                        | DataType::Binary
-                        | DataType::LargeUtf8
-                        | DataType::LargeBinary
-                        | DataType::FixedSizeList(_, _)
-                        | DataType::Struct(_)
-                )
-        };
-        if !covered(data_type) {
+        let nested = matches!(
+            data_type,
+            DataType::FixedSizeList(_, _) | DataType::Struct(_)
+        );
+        if !(nested || covers_leaf(data_type)) {
             return None;
         }
         self.nodes

@@ -12,13 +12,13 @@
 
 use std::sync::Arc;
 
-use arrow_array::{
-    Array, GenericBinaryArray, GenericStringArray, OffsetSizeTrait, RecordBatch, make_array,
-};
+use arrow_array::types::{BinaryType, ByteArrayType, LargeBinaryType, LargeUtf8Type, Utf8Type};
+use arrow_array::{Array, GenericByteArray, OffsetSizeTrait, RecordBatch, make_array};
 use arrow_buffer::{BooleanBuffer, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
 use arrow_data::{ArrayData, ArrayDataBuilder};
 use arrow_ipc::{Message, MessageHeader};
 use arrow_schema::{DataType, Field, Schema};
+use lancet_sdk::layout;
 
 /// An IPC stream ends with this marker (or its pre-1.0 four-zero-byte form).
 pub(crate) const EOS: [u8; 8] = [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0];
@@ -38,7 +38,11 @@ pub(crate) fn read_direct(stream: &Buffer) -> Option<Result<RecordBatch, String>
         return None;
     }
     let schema = Arc::new(arrow_ipc::convert::fb_to_schema(schema));
-    if !schema.fields().iter().all(|f| covered(f.data_type())) {
+    if !schema
+        .fields()
+        .iter()
+        .all(|f| layout::covers(f.data_type()))
+    {
         return None;
     }
     let (batch_message, body_start) = match message_at(bytes, after_schema) {
@@ -148,27 +152,6 @@ fn message_at(bytes: &[u8], pos: usize) -> Result<Option<(Message<'_>, usize)>, 
     }
 }
 
-/// The types read here: what `lancet_sdk::layout` writes.
-fn covered(t: &DataType) -> bool {
-    match t {
-        DataType::FixedSizeList(child, _) => covered(child.data_type()),
-        DataType::Struct(fields) => fields.iter().all(|f| covered(f.data_type())),
-        t => {
-            t.is_numeric()
-                || t.is_temporal()
-                || matches!(
-                    t,
-                    DataType::FixedSizeBinary(_)
-                        | DataType::Boolean
-                        | DataType::Utf8
-                        | DataType::Binary
-                        | DataType::LargeUtf8
-                        | DataType::LargeBinary
-                )
-        }
-    }
-}
-
 struct Parts {
     body: Buffer,
     nodes: Option<Vec<arrow_ipc::FieldNode>>,
@@ -252,10 +235,10 @@ impl Parts {
                 .nulls(nulls.clone())
         };
         let builder = match data_type {
-            DataType::Utf8 => return self.strings::<i32>(len, nulls),
-            DataType::LargeUtf8 => return self.strings::<i64>(len, nulls),
-            DataType::Binary => return self.binaries::<i32>(len, nulls),
-            DataType::LargeBinary => return self.binaries::<i64>(len, nulls),
+            DataType::Utf8 => return self.byte_array::<Utf8Type>(len, nulls),
+            DataType::LargeUtf8 => return self.byte_array::<LargeUtf8Type>(len, nulls),
+            DataType::Binary => return self.byte_array::<BinaryType>(len, nulls),
+            DataType::LargeBinary => return self.byte_array::<LargeBinaryType>(len, nulls),
             DataType::FixedSizeList(child, _) => builder().add_child_data(self.array(child)?),
             DataType::Struct(fields) => {
                 let children = fields
@@ -286,38 +269,21 @@ impl Parts {
         Ok((offsets.slice_with_length(0, need), values))
     }
 
-    fn strings<O: OffsetSizeTrait>(
+    /// A Utf8, LargeUtf8, Binary or LargeBinary array, checked by [`check_bytes`].
+    fn byte_array<T: ByteArrayType>(
         &mut self,
         len: usize,
         nulls: Option<NullBuffer>,
     ) -> Result<ArrayData, String> {
-        let (offsets, values) = self.offsets::<O>(len)?;
-        let offsets = ScalarBuffer::<O>::new(offsets, 0, len + 1);
-        check_bytes(&offsets, values.as_slice(), true)?;
+        let (offsets, values) = self.offsets::<T::Offset>(len)?;
+        let offsets = ScalarBuffer::<T::Offset>::new(offsets, 0, len + 1);
+        let utf8 = matches!(T::DATA_TYPE, DataType::Utf8 | DataType::LargeUtf8);
+        check_bytes(&offsets, values.as_slice(), utf8)?;
         // SAFETY: check_bytes established what try_new checks: offsets non-negative,
-        // monotonic and within `values`, `values` UTF-8 with every offset on a char boundary;
-        // `nulls` has `len` bits (built above with that length).
+        // monotonic and within `values`, and for text `values` UTF-8 with every offset on a
+        // char boundary; `nulls` has `len` bits (built with that length).
         let array = unsafe {
-            GenericStringArray::<O>::new_unchecked(
-                OffsetBuffer::new_unchecked(offsets),
-                values,
-                nulls,
-            )
-        };
-        Ok(array.into_data())
-    }
-
-    fn binaries<O: OffsetSizeTrait>(
-        &mut self,
-        len: usize,
-        nulls: Option<NullBuffer>,
-    ) -> Result<ArrayData, String> {
-        let (offsets, values) = self.offsets::<O>(len)?;
-        let offsets = ScalarBuffer::<O>::new(offsets, 0, len + 1);
-        check_bytes(&offsets, values.as_slice(), false)?;
-        // SAFETY: as for strings, minus UTF-8 (binary has no such rule).
-        let array = unsafe {
-            GenericBinaryArray::<O>::new_unchecked(
+            GenericByteArray::<T>::new_unchecked(
                 OffsetBuffer::new_unchecked(offsets),
                 values,
                 nulls,
@@ -376,7 +342,6 @@ mod tests {
         LargeStringArray, StringArray, StructArray,
     };
     use arrow_ipc::writer::{IpcWriteOptions, StreamWriter};
-    use lancet_sdk::layout;
 
     use super::*;
 
