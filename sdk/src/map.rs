@@ -14,7 +14,9 @@ use arrow_array::{
     Array, ArrayRef, FixedSizeListArray, Float32Array, Float64Array, Int64Array, PrimitiveArray,
     RecordBatch, StringArray, StructArray,
 };
-use arrow_buffer::{BooleanBufferBuilder, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow_buffer::{
+    BooleanBuffer, BooleanBufferBuilder, Buffer, NullBuffer, OffsetBuffer, ScalarBuffer,
+};
 use arrow_schema::{DataType, Field, Fields};
 
 use crate::{UdfError, udf_error};
@@ -227,36 +229,59 @@ pub fn map_str(
 pub fn map_str_bounded(
     array: &ArrayRef,
     max_len: impl Fn(&str) -> usize,
-    mut f: impl FnMut(&str, &mut [u8]) -> Option<usize>,
+    f: impl FnMut(&str, &mut [u8]) -> Option<usize>,
 ) -> Result<ArrayRef, UdfError> {
+    match array.data_type() {
+        DataType::Utf8 => bounded_rows(array.as_string::<i32>().iter(), array.len(), max_len, f),
+        DataType::LargeUtf8 => {
+            bounded_rows(array.as_string::<i64>().iter(), array.len(), max_len, f)
+        }
+        DataType::Utf8View => bounded_rows(array.as_string_view().iter(), array.len(), max_len, f),
+        other => Err(udf_error!("expected a string column, got {other}")),
+    }
+}
+
+/// [`map_str_bounded`] over any string rows. Validity and offsets are written by index
+/// into buffers sized up front, not pushed: a push that may grow its buffer is a possible
+/// call in the row loop, which in Wasm made cranelift keep the loop's state on the stack
+/// (slugify 1.51-1.56x -> 1.46-1.50x native).
+fn bounded_rows<'a, I>(
+    rows: I,
+    len: usize,
+    max_len: impl Fn(&str) -> usize,
+    mut f: impl FnMut(&str, &mut [u8]) -> Option<usize>,
+) -> Result<ArrayRef, UdfError>
+where
+    I: Iterator<Item = Option<&'a str>>,
+{
     // `values[..end]` is the column so far; the rest is zeroed scratch a row is written into.
-    let mut values = vec![0u8; array.len() * 16];
+    let mut values = vec![0u8; len * 16];
     let mut end = 0;
-    let mut offsets = Vec::with_capacity(array.len() + 1);
-    offsets.push(0i32);
-    let mut valid = BooleanBufferBuilder::new(array.len());
+    let mut offsets = vec![0i32; len + 1];
+    let mut valid = vec![0u64; len.div_ceil(64)];
     let mut overrun = false;
-    for_each_str(array, |value| {
+    for (i, value) in rows.enumerate() {
         let written = value.and_then(|s| {
-            let need = end + max_len(s);
-            if values.len() < need {
-                values.resize(need.max(values.len() * 2), 0);
+            let room = max_len(s);
+            if values.len() < end + room {
+                values.resize((end + room).max(values.len() * 2), 0);
             }
-            let n = f(s, &mut values[end..need])?;
-            overrun |= n > need - end;
-            Some(n.min(need - end))
+            let n = f(s, &mut values[end..end + room])?;
+            overrun |= n > room;
+            Some(n.min(room))
         });
         end += written.unwrap_or(0);
-        valid.append(written.is_some());
-        offsets.push(end as i32);
-    })?;
+        valid[i / 64] |= (written.is_some() as u64) << (i % 64);
+        offsets[i + 1] = end as i32;
+    }
     if overrun {
         return Err(UdfError::new(
             "map_str_bounded: the closure reported more bytes than fit its slice",
         ));
     }
     values.truncate(end);
-    utf8_column_from_bytes(values, offsets, Some(NullBuffer::new(valid.finish())))
+    let valid = BooleanBuffer::new(Buffer::from_vec(valid), 0, len);
+    utf8_column_from_bytes(values, offsets, Some(NullBuffer::new(valid)))
 }
 
 /// [`utf8_column`] for text a UDF built as bytes: checked as UTF-8 too.
@@ -548,6 +573,40 @@ mod tests {
         assert!(bad.is_err());
         let over = map_str_bounded(&a, |s| s.len(), |s, _| Some(s.len() + 1));
         assert!(over.is_err());
+    }
+
+    /// Past the first validity word and the first scratch size, from every input layout.
+    #[test]
+    fn map_str_bounded_handles_long_columns() {
+        let rows: Vec<Option<String>> = (0..300)
+            .map(|i| (i % 7 != 3).then(|| "w".repeat(i % 50)))
+            .collect();
+        let upper = |s: &str, out: &mut [u8]| {
+            out[..s.len()].copy_from_slice(s.to_uppercase().as_bytes());
+            (s.len() % 5 != 1).then_some(s.len())
+        };
+        let want: Vec<Option<String>> = rows
+            .iter()
+            .map(|r| {
+                r.as_ref()
+                    .filter(|s| s.len() % 5 != 1)
+                    .map(|s| s.to_uppercase())
+            })
+            .collect();
+        let inputs: [ArrayRef; 3] = [
+            Arc::new(StringArray::from(rows.clone())),
+            Arc::new(LargeStringArray::from(rows.clone())),
+            Arc::new(StringViewArray::from(rows.clone())),
+        ];
+        for input in inputs {
+            let out = map_str_bounded(&input, |s| s.len(), upper).unwrap();
+            let got: Vec<Option<String>> = out
+                .as_string::<i32>()
+                .iter()
+                .map(|v| v.map(str::to_string))
+                .collect();
+            assert_eq!(got, want, "{}", input.data_type());
+        }
     }
 
     #[test]
