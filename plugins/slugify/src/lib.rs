@@ -64,6 +64,8 @@ fn slugify_common(text: &str, out: &mut [u8]) -> Option<usize> {
     let mut slug = Slug { w: 0, dash: false };
     let mut i = 0;
     loop {
+        // ASCII, eight bytes per outer iteration while they last (measured ~5% faster in
+        // Wasm than a byte loop alone: fewer interruption checks).
         while let Some(chunk) = bytes.get(i..i + 8) {
             if chunk.iter().fold(0, |acc, &b| acc | b) >= 0x80 {
                 break;
@@ -71,6 +73,7 @@ fn slugify_common(text: &str, out: &mut [u8]) -> Option<usize> {
             chunk.iter().for_each(|&b| slug.ascii(out, b));
             i += 8;
         }
+        // The rest of the run, a byte at a time.
         while let Some(&b) = bytes.get(i).filter(|b| b.is_ascii()) {
             i += 1;
             slug.ascii(out, b);
@@ -100,17 +103,7 @@ fn slugify_any(text: &str, out: &mut [u8]) -> usize {
     let mut slug = Slug { w: 0, dash: false };
     let mut i = 0;
     loop {
-        // ASCII, eight bytes per outer iteration while they last (measured ~5% faster in
-        // Wasm than a byte loop alone: fewer interruption checks). Nothing here calls out
-        // (the table is a lookup, a slice overrun traps).
-        while let Some(chunk) = bytes.get(i..i + 8) {
-            if chunk.iter().fold(0, |acc, &b| acc | b) >= 0x80 {
-                break;
-            }
-            chunk.iter().for_each(|&b| slug.ascii(out, b));
-            i += 8;
-        }
-        // The rest of the run, a byte at a time.
+        // Only rows with chars the fast path does not handle get here: a plain byte loop.
         while let Some(&b) = bytes.get(i).filter(|b| b.is_ascii()) {
             i += 1;
             slug.ascii(out, b);
