@@ -13,6 +13,7 @@ use arrow_ipc::{Block, MessageHeader};
 use arrow_schema::{Field, Schema};
 
 use crate::UdfError;
+use crate::layout::ZEROS;
 
 /// Name of the single field in a result stream; the host ignores it and uses the column.
 pub const RESULT_FIELD: &str = "result";
@@ -106,36 +107,17 @@ const ALIGNMENT: usize = 64;
 /// End-of-stream marker: continuation word, zero length.
 const EOS: [u8; 8] = [0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0];
 
-/// Appends `column` to `out` as an IPC stream of one single-column batch.
-///
-/// The column's buffers are copied once, straight into `out` ([`crate::layout`]); arrow's
-/// `StreamWriter` would first copy them into a body buffer of its own (growing it as it
-/// goes). Same bytes either way; types the layout does not cover use the `StreamWriter`.
+/// Appends `column` to `out` as an IPC stream of one single-column batch: the bytes a
+/// [`GatheredStream`] describes, written out (arrow's `StreamWriter`'s bytes).
 pub fn encode_column(column: &ArrayRef, out: &mut Vec<u8>) -> Result<(), UdfError> {
-    let field = Field::new(RESULT_FIELD, column.data_type().clone(), true);
-    let schema = Arc::new(Schema::new(vec![field]));
-    let batch = RecordBatch::try_new(schema, vec![column.clone()])?;
-    let Some(direct) = crate::layout::lay_out(&batch, ALIGNMENT) else {
-        let mut writer = StreamWriter::try_new(out, &batch.schema())?;
-        writer.write(&batch)?;
-        writer.finish()?;
-        return Ok(());
-    };
-    let options = IpcWriteOptions::try_new(ALIGNMENT, false, MetadataVersion::V5)?;
-    let schema = IpcDataGenerator::default().schema_to_bytes_with_dictionary_tracker(
-        &batch.schema(),
-        &mut DictionaryTracker::new(false),
-        &options,
-    );
-    write_message(&mut *out, schema, &options)?;
-    out.reserve(direct.body_len + EOS.len());
-    direct.write_to(out, &options)?;
-    out.extend_from_slice(&EOS);
+    let mut gathered = GatheredStream::default();
+    gathered.describe(column)?;
+    gathered.append_to(out);
     Ok(())
 }
 
-/// A result stream described, not written: byte ranges whose concatenation is exactly what
-/// [`encode_column`] writes. The framing (schema message, batch header) is built here; the
+/// A result stream described, not written: byte ranges whose concatenation is the stream
+/// arrow's `StreamWriter` writes for the column as a one-column batch. The framing (schema message, batch header) is built here; the
 /// body ranges point at the column's own buffers, which this keeps alive. The host copies the
 /// ranges out of guest memory one after another, so the body crosses one copy fewer than
 /// with a written stream (ABI version 2's gathered result, status 2).
@@ -166,7 +148,8 @@ impl GatheredStream {
             writer.write(&batch)?;
             writer.finish()?;
             self.pieces.push(Piece::Frame(0, self.frame.len()));
-            return self.resolve();
+            self.resolve();
+            return Ok(());
         };
         let options = IpcWriteOptions::try_new(ALIGNMENT, false, MetadataVersion::V5)?;
         let schema = IpcDataGenerator::default().schema_to_bytes_with_dictionary_tracker(
@@ -194,11 +177,12 @@ impl GatheredStream {
         let start = self.frame.len();
         self.frame.extend_from_slice(&EOS);
         self.pieces.push(Piece::Frame(start, self.frame.len()));
-        self.resolve()
+        self.resolve();
+        Ok(())
     }
 
     /// Turns pieces into addresses, now that `frame` no longer moves.
-    fn resolve(&mut self) -> Result<(), UdfError> {
+    fn resolve(&mut self) {
         let frame = self.frame.as_ptr() as usize;
         for piece in &self.pieces {
             let segment = match *piece {
@@ -212,7 +196,6 @@ impl GatheredStream {
                 _ => self.segments.push(segment),
             }
         }
-        Ok(())
     }
 
     /// `(address, length)` of each range, in stream order.
@@ -231,17 +214,20 @@ impl GatheredStream {
     /// The stream the ranges describe, concatenated (what the host assembles).
     pub fn to_vec(&self) -> Vec<u8> {
         let mut out = Vec::new();
+        self.append_to(&mut out);
+        out
+    }
+
+    /// Appends the stream the ranges describe to `out`.
+    pub fn append_to(&self, out: &mut Vec<u8>) {
+        out.reserve(self.segments.iter().map(|&(_, len)| len).sum());
         for &(at, len) in &self.segments {
             // SAFETY: each range lies in `frame`, a kept buffer or ZEROS, all alive while
             // `self` is borrowed and unchanged since `describe`.
             out.extend_from_slice(unsafe { std::slice::from_raw_parts(at as *const u8, len) });
         }
-        out
     }
 }
-
-/// Padding source for gathered streams (at most one alignment's worth is ever needed).
-static ZEROS: [u8; ALIGNMENT] = [0; ALIGNMENT];
 
 /// Encodes a whole batch as a stream (what the host sends; used by tests and benches).
 pub fn encode_batch(batch: &RecordBatch) -> Result<Vec<u8>, UdfError> {

@@ -61,8 +61,9 @@ impl DirectBatch {
     }
 }
 
-/// Padding source (destinations such as guest memory are not zeroed).
-const ZEROS: [u8; 64] = [0; 64];
+/// Padding source (destinations such as guest memory are not zeroed). A static: gathered
+/// result streams point at it.
+pub(crate) static ZEROS: [u8; 64] = [0; 64];
 
 /// Whether [`lay_out`] covers columns of type `t`, nested types included: what a reader of
 /// its streams has to handle.

@@ -226,41 +226,24 @@ pub fn map_str(
 /// the stack on every iteration by the code generator. Writing into a slice keeps the loop
 /// free of calls (a failed bounds check is a trap, not a call), so its state stays in
 /// registers. (slugify, with its rare cases moved out of line: 160 -> 125 ns/row in Wasm.)
+///
+/// Validity and offsets are written by index into buffers sized up front, not pushed: a
+/// push that may grow its buffer is a possible call in the row loop, which in Wasm made
+/// cranelift keep the loop's state on the stack (slugify 1.51-1.56x -> 1.46-1.50x native).
 pub fn map_str_bounded(
     array: &ArrayRef,
     max_len: impl Fn(&str) -> usize,
-    f: impl FnMut(&str, &mut [u8]) -> Option<usize>,
-) -> Result<ArrayRef, UdfError> {
-    match array.data_type() {
-        DataType::Utf8 => bounded_rows(array.as_string::<i32>().iter(), array.len(), max_len, f),
-        DataType::LargeUtf8 => {
-            bounded_rows(array.as_string::<i64>().iter(), array.len(), max_len, f)
-        }
-        DataType::Utf8View => bounded_rows(array.as_string_view().iter(), array.len(), max_len, f),
-        other => Err(udf_error!("expected a string column, got {other}")),
-    }
-}
-
-/// [`map_str_bounded`] over any string rows. Validity and offsets are written by index
-/// into buffers sized up front, not pushed: a push that may grow its buffer is a possible
-/// call in the row loop, which in Wasm made cranelift keep the loop's state on the stack
-/// (slugify 1.51-1.56x -> 1.46-1.50x native).
-fn bounded_rows<'a, I>(
-    rows: I,
-    len: usize,
-    max_len: impl Fn(&str) -> usize,
     mut f: impl FnMut(&str, &mut [u8]) -> Option<usize>,
-) -> Result<ArrayRef, UdfError>
-where
-    I: Iterator<Item = Option<&'a str>>,
-{
+) -> Result<ArrayRef, UdfError> {
+    let len = array.len();
     // `values[..end]` is the column so far; the rest is zeroed scratch a row is written into.
     let mut values = vec![0u8; len * 16];
     let mut end = 0;
     let mut offsets = vec![0i32; len + 1];
     let mut valid = vec![0u64; len.div_ceil(64)];
     let mut overrun = false;
-    for (i, value) in rows.enumerate() {
+    let mut i = 0;
+    for_each_str(array, |value| {
         let written = value.and_then(|s| {
             let room = max_len(s);
             if values.len() < end + room {
@@ -273,7 +256,8 @@ where
         end += written.unwrap_or(0);
         valid[i / 64] |= (written.is_some() as u64) << (i % 64);
         offsets[i + 1] = end as i32;
-    }
+        i += 1;
+    })?;
     if overrun {
         return Err(UdfError::new(
             "map_str_bounded: the closure reported more bytes than fit its slice",

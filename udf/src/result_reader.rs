@@ -82,8 +82,12 @@ fn read_batch(
     check_stream_end(&stream.as_slice()[body_end..])?;
     let mut parts = Parts {
         body: stream.slice_with_length(body_start, body_len),
-        nodes: header.nodes().map(|n| n.iter().copied().collect()),
-        buffers: header.buffers().map(|b| b.iter().copied().collect()),
+        nodes: header
+            .nodes()
+            .map_or_else(Vec::new, |n| n.iter().copied().collect()),
+        buffers: header
+            .buffers()
+            .map_or_else(Vec::new, |b| b.iter().copied().collect()),
         next_node: 0,
         next_buffer: 0,
     };
@@ -93,9 +97,7 @@ fn read_batch(
         .iter()
         .map(|field| parts.array(field).map(make_array))
         .collect::<Result<Vec<_>, _>>()?;
-    if parts.next_node != parts.nodes.as_ref().map_or(0, Vec::len)
-        || parts.next_buffer != parts.buffers.as_ref().map_or(0, Vec::len)
-    {
+    if parts.next_node != parts.nodes.len() || parts.next_buffer != parts.buffers.len() {
         return Err("the record batch has more field nodes or buffers than its schema uses".into());
     }
     RecordBatch::try_new_with_options(
@@ -145,7 +147,7 @@ fn message_at(bytes: &[u8], pos: usize) -> Result<Option<(Message<'_>, usize)>, 
         MessageHeader::Schema if body == 0 => Ok(Some((message, end))),
         MessageHeader::Schema => Err("a schema message with a body".into()),
         MessageHeader::RecordBatch => Ok(Some((message, end))),
-        // Dictionaries come only with dictionary types, which `covered` sends to arrow.
+        // Dictionaries come only with dictionary types, which `read_direct` leaves to arrow.
         other => Err(format!(
             "a {other:?} message where the record batch belongs"
         )),
@@ -154,8 +156,8 @@ fn message_at(bytes: &[u8], pos: usize) -> Result<Option<(Message<'_>, usize)>, 
 
 struct Parts {
     body: Buffer,
-    nodes: Option<Vec<arrow_ipc::FieldNode>>,
-    buffers: Option<Vec<arrow_ipc::Buffer>>,
+    nodes: Vec<arrow_ipc::FieldNode>,
+    buffers: Vec<arrow_ipc::Buffer>,
     next_node: usize,
     next_buffer: usize,
 }
@@ -165,8 +167,7 @@ impl Parts {
     fn node(&mut self) -> Result<(usize, usize), String> {
         let node = self
             .nodes
-            .as_ref()
-            .and_then(|n| n.get(self.next_node))
+            .get(self.next_node)
             .ok_or("the record batch has fewer field nodes than its schema needs")?;
         self.next_node += 1;
         let len = usize::try_from(node.length()).map_err(|_| "negative field length")?;
@@ -178,8 +179,7 @@ impl Parts {
     fn buffer(&mut self) -> Result<Buffer, String> {
         let spec = self
             .buffers
-            .as_ref()
-            .and_then(|b| b.get(self.next_buffer))
+            .get(self.next_buffer)
             .ok_or("the record batch has fewer buffers than its schema needs")?;
         self.next_buffer += 1;
         let (offset, len) = (
@@ -513,18 +513,14 @@ mod tests {
     ) -> Result<ArrayData, String> {
         let mut parts = Parts {
             body: Buffer::from_vec(vec![0u8; 64]),
-            nodes: Some(
-                nodes
-                    .iter()
-                    .map(|&(l, n)| arrow_ipc::FieldNode::new(l, n))
-                    .collect(),
-            ),
-            buffers: Some(
-                buffers
-                    .iter()
-                    .map(|&(o, l)| arrow_ipc::Buffer::new(o, l))
-                    .collect(),
-            ),
+            nodes: nodes
+                .iter()
+                .map(|&(l, n)| arrow_ipc::FieldNode::new(l, n))
+                .collect(),
+            buffers: buffers
+                .iter()
+                .map(|&(o, l)| arrow_ipc::Buffer::new(o, l))
+                .collect(),
             next_node: 0,
             next_buffer: 0,
         };

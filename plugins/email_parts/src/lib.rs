@@ -190,9 +190,9 @@ fn split_unicode(text: &str) -> Option<(&str, &str)> {
 }
 
 /// A Utf8 column being built (validity is shared by both output columns), in buffers sized
-/// up front: the hot path writes into spare capacity and never grows a Vec. A possible call in the
-/// row loop (growing a Vec) made cranelift keep the row's vectors on the stack, as x86 has
-/// no callee-saved vector registers.
+/// up front: the hot path writes into spare capacity and never grows a Vec. A possible call
+/// in the row loop (growing a Vec) made cranelift keep the row's vectors on the stack, as
+/// x86 has no callee-saved vector registers.
 struct Utf8Out {
     /// The text so far. Its spare capacity is always at least `WINDOW` plus the text of the
     /// rows still to come (each row adds at most its own text's length).
@@ -298,7 +298,7 @@ fn split_column<O: OffsetSizeTrait>(input: &GenericStringArray<O>) -> Result<Arr
     // Validity, packed as it goes: a `Vec<bool>` packed afterwards cost ~1 ns/row in Wasm.
     let mut valid = Vec::with_capacity(input.len().div_ceil(64));
     let mut word = 0u64;
-    for (i, &offset) in input.value_offsets()[..input.len()].iter().enumerate() {
+    for (i, &offset) in offsets[..input.len()].iter().enumerate() {
         let parts = input.is_valid(i) && {
             let text = input.value(i);
             let offset = offset.as_usize();
