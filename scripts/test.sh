@@ -10,17 +10,7 @@ cd "$(dirname "$0")/.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/lancet-target}"
 export LANCET_PLUGINS_DIR="${LANCET_PLUGINS_DIR:-$HOME/.cache/lancet-plugins-target/wasm32-unknown-unknown/release}"
 
-as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
-
-if ! command -v protoc >/dev/null 2>&1; then
-  echo "== installing protoc"
-  as_root apt-get update -qq
-  as_root apt-get install -y -qq protobuf-compiler
-fi
-if ! rustup target list --installed 2>/dev/null | grep -q wasm32-unknown-unknown; then
-  echo "== adding the wasm32-unknown-unknown target"
-  rustup target add wasm32-unknown-unknown
-fi
+source scripts/setup.sh plugins
 
 if [ -f plugins/build.sh ]; then
   echo "== building UDF plugins"

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Sourced by scripts/serve.sh and scripts/test.sh: installs what a fresh machine lacks to build
+# Lancet (protoc for lance's build; the wasm32 target for the UDF plugins when $1 = plugins).
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+if ! command -v protoc >/dev/null 2>&1; then
+  echo "== installing protoc (lance's build needs it)" >&2
+  as_root apt-get update -qq
+  as_root apt-get install -y -qq protobuf-compiler >&2
+fi
+if [ "${1:-}" = plugins ] && ! rustup target list --installed 2>/dev/null | grep -q wasm32-unknown-unknown; then
+  echo "== adding the wasm32-unknown-unknown target" >&2
+  rustup target add wasm32-unknown-unknown
+fi
