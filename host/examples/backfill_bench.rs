@@ -189,17 +189,13 @@ fn serve_config(dir: &Path) -> lancet::config::ServeConfig {
             .unwrap();
         file.save(&auth_file).unwrap();
     }
-    lancet::config::ServeConfig {
-        addr: "127.0.0.1:0".parse().unwrap(),
-        data: dir.to_string_lossy().to_string(),
-        max_body_mb: 512,
-        udf_timeout_ms: 60_000,
-        udf_memory_mb: 256,
-        udf_max_output_mb: 256,
-        auth_file: Some(auth_file),
-        host_domain: None,
-        vector_cache_mb: 0,
-    }
+    let mut config = lancet::config::ServeConfig::from_args(["--addr", "127.0.0.1:0"]).unwrap();
+    config.data = dir.to_string_lossy().to_string();
+    config.udf_timeout_ms = 60_000;
+    config.udf_max_output_mb = 256;
+    config.auth_file = Some(auth_file);
+    config.vector_cache_mb = 0;
+    config
 }
 
 /// Child: a Lancet backfill job.

@@ -37,10 +37,56 @@ pub struct ServeConfig {
     /// storage on every query. 0 turns this off.
     #[arg(long, env = "LANCET_VECTOR_CACHE_MB", default_value_t = 512)]
     pub vector_cache_mb: usize,
+    /// Requests served at once by the whole server; more are answered 503 with `Retry-After`.
+    #[arg(long, env = "LANCET_MAX_IN_FLIGHT", default_value_t = 256)]
+    pub max_in_flight: usize,
+    /// Requests served at once for one tenant (`max_in_flight` under `[tenants.<name>]` in the
+    /// auth file overrides it); more are answered 503 with `Retry-After`.
+    #[arg(long, env = "LANCET_TENANT_MAX_IN_FLIGHT", default_value_t = 64)]
+    pub tenant_max_in_flight: usize,
+    /// Memory for request bodies being received or held by requests in flight, in MiB; a body
+    /// that does not fit is answered 503 with `Retry-After`.
+    #[arg(long, env = "LANCET_MAX_BODY_MEMORY_MB", default_value_t = 2048)]
+    pub max_body_memory_mb: usize,
+    /// Seconds a client may take to send its request headers.
+    #[arg(long, env = "LANCET_HEADER_TIMEOUT_SECS", default_value_t = 30)]
+    pub header_timeout_secs: u64,
+    /// Seconds a request body may stall between two pieces before the request fails (408).
+    #[arg(long, env = "LANCET_BODY_TIMEOUT_SECS", default_value_t = 30)]
+    pub body_timeout_secs: u64,
+    /// Open connections accepted at once; more are closed as soon as they are accepted.
+    #[arg(long, env = "LANCET_MAX_CONNECTIONS", default_value_t = 4096)]
+    pub max_connections: usize,
+    /// A bearer token that lets non-loopback clients read `/metrics` (loopback clients need
+    /// none). Without it, `/metrics` answers loopback clients only.
+    #[arg(long, env = "LANCET_METRICS_TOKEN")]
+    pub metrics_token: Option<String>,
+}
+
+/// Log line format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
 }
 
 impl ServeConfig {
     /// The catalog root as a URI lance understands (local paths made absolute).
+    /// The settings `lancet serve ARGS...` would run with (flags over environment over
+    /// defaults); for programs that embed the server.
+    pub fn from_args<I: IntoIterator<Item = T>, T: Into<std::ffi::OsString> + Clone>(
+        args: I,
+    ) -> Result<Self, clap::Error> {
+        #[derive(clap::Parser)]
+        struct Serve {
+            #[command(flatten)]
+            config: ServeConfig,
+        }
+        let argv = std::iter::once(std::ffi::OsString::from("serve"))
+            .chain(args.into_iter().map(Into::into));
+        <Serve as clap::Parser>::try_parse_from(argv).map(|s| s.config)
+    }
+
     pub fn root_uri(&self) -> std::io::Result<String> {
         if self.data.contains("://") {
             return Ok(self.data.trim_end_matches('/').to_string());
@@ -75,6 +121,9 @@ pub struct TenantSettings {
     /// `max_output_bytes`, `max_rows_per_call`); memory stays within the server's pool slots.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udf: Option<lancet_udf::LimitsOverride>,
+    /// Requests served at once for this tenant, replacing `--tenant-max-in-flight`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_in_flight: Option<usize>,
 }
 
 pub type TenantTable = BTreeMap<String, TenantSettings>;

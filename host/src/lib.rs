@@ -14,6 +14,7 @@ pub mod field_path;
 pub mod http;
 pub mod jobs;
 pub mod json_types;
+pub mod metrics;
 pub mod server;
 pub mod store;
 pub mod tenants;
@@ -34,6 +35,13 @@ pub struct App {
     pub store: Store,
     pub virtual_columns: VirtualColumns,
     pub jobs: jobs::JobManager,
+    pub metrics: metrics::Metrics,
+    /// Bounds on requests in flight and on body memory.
+    pub admission: http::overload::Admission,
+    /// Lets non-loopback clients read `/metrics`.
+    pub metrics_token: Option<String>,
+    /// `LANCET_FAULT_INJECTION=1`: honour `x-lancet-fault` request headers (tests only).
+    pub fault_injection: bool,
 }
 
 impl App {

@@ -13,6 +13,15 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
     about = "A server for versioned Lance tables with Wasm UDF virtual columns"
 )]
 struct Cli {
+    /// Log lines as text or as JSON objects (one per line, with the request's span fields).
+    #[arg(
+        long,
+        env = "LANCET_LOG_FORMAT",
+        value_enum,
+        default_value = "text",
+        global = true
+    )]
+    log_format: lancet::config::LogFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -179,13 +188,21 @@ fn package(
 
 fn main() {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("LANCET_LOG")
-                .unwrap_or_else(|_| "info,lance=warn,lance_namespace_impls=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LANCET_LOG")
+        .unwrap_or_else(|_| "info,lance=warn,lance_namespace_impls=warn,lancet=info".into());
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
+        lancet::config::LogFormat::Text => logs.init(),
+        // Span fields (request_id, tenant...) flattened into each line's "span" object.
+        lancet::config::LogFormat::Json => logs
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
+    }
+    lancet::http::install_panic_hook();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

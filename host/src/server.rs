@@ -1,6 +1,7 @@
 //! Start-up and graceful shutdown.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use lance::session::Session;
 use tokio::net::TcpListener;
@@ -29,6 +30,15 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
         store: Store::new(session, config.vector_cache_mb << 20),
         virtual_columns: VirtualColumns::with_tenant_limits(Arc::new(runtime), &tenant_limits),
         jobs,
+        metrics: Default::default(),
+        admission: http::overload::Admission::new(
+            config.max_in_flight,
+            config.tenant_max_in_flight,
+            config.max_body_memory_mb << 20,
+            config.max_body_mb << 20,
+        ),
+        metrics_token: config.metrics_token.clone().filter(|t| !t.is_empty()),
+        fault_injection: std::env::var("LANCET_FAULT_INJECTION").is_ok_and(|v| v == "1"),
     }))
 }
 
@@ -104,19 +114,77 @@ pub async fn serve(config: ServeConfig) -> anyhow_like::Result<()> {
     println!("listening on http://{addr}");
     tracing::info!(%addr, root = %app.tenants.root(), "lancet serving");
     tokio::spawn(refresh_keys(app.clone()));
-    let service = http::service(app, config.max_body_mb * 1024 * 1024);
-    // Query answers are streamed in several writes; without TCP_NODELAY the last small write
-    // waits for the client's delayed ACK (~40 ms on Linux) on every query.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+    let service = http::service(
+        app,
+        config.max_body_mb * 1024 * 1024,
+        Duration::from_secs(config.body_timeout_secs.max(1)),
+    );
+    accept_loop(listener, service, &config).await;
+    tracing::info!("lancet stopped");
+    Ok(())
+}
+
+/// Serves connections until SIGINT/SIGTERM, then lets requests in flight finish. Our own loop
+/// rather than `axum::serve`, for what that lacks: a header-read timeout (a client that
+/// trickles its headers cannot hold a connection forever) and a cap on open connections.
+async fn accept_loop(
+    listener: TcpListener,
+    service: tower_http::normalize_path::NormalizePath<axum::Router>,
+    config: &ServeConfig,
+) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use tower::ServiceExt;
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(config.header_timeout_secs.max(1)));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let connections = Arc::new(tokio::sync::Semaphore::new(config.max_connections.max(1)));
+    let shutdown = shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = &mut shutdown => break,
+        };
+        let Ok(slot) = connections.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, "connection limit reached; closing a new connection");
+            continue;
+        };
+        // Query answers are streamed in several writes; without TCP_NODELAY the last small
+        // write waits for the client's delayed ACK (~40 ms on Linux) on every query.
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::warn!(error = %e, "cannot set TCP_NODELAY");
         }
-    });
-    axum::serve(listener, service)
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
-    tracing::info!("lancet stopped");
-    Ok(())
+        let service = service.clone().map_request(
+            move |mut request: axum::http::Request<hyper::body::Incoming>| {
+                request
+                    .extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                request.map(axum::body::Body::new)
+            },
+        );
+        let connection = http.serve_connection(
+            TokioIo::new(tcp),
+            hyper_util::service::TowerToHyperService::new(service),
+        );
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+            drop(slot);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
 }
 
 /// `lancet keys create/revoke` rewrite the auth file; pick the change up within a second.

@@ -505,6 +505,25 @@ async fn udf_failures_fail_the_job_or_become_nulls() {
     for (id, v) in int_pairs(&rows, "checked") {
         assert_eq!(v, (id >= 0).then_some(id), "id {id}");
     }
+
+    // Both jobs and their UDF calls show in /metrics, by tenant.
+    use crate::operability::{metric as metric_value, scrape};
+    let text = scrape(&s).await;
+    let jobs = |state: &str| {
+        metric_value(
+            &text,
+            &format!(r#"lancet_jobs{{type="backfill",state="{state}",tenant="default"}}"#),
+        )
+    };
+    assert_eq!(
+        (jobs("FAILED"), jobs("DONE")),
+        (Some(1.0), Some(1.0)),
+        "{text}"
+    );
+    let calls = metric_value(&text, r#"lancet_udf_calls_total{tenant="default"}"#).unwrap();
+    let failed = metric_value(&text, r#"lancet_udf_guest_errors_total{tenant="default"}"#);
+    assert!(calls >= 10.0, "{text}");
+    assert!(failed.unwrap() >= 1.0, "{text}");
 }
 
 async fn setup_resumable(s: &Server, frags: i64, per: i64) {

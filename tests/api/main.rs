@@ -4,12 +4,16 @@ mod common;
 
 mod auth;
 mod batch;
+mod concurrency;
+mod crash;
 mod data;
 mod errors;
 mod history;
 mod indexes;
 mod jobs;
 mod namespaces;
+mod openapi;
+mod operability;
 mod protocol;
 mod query;
 mod udf;

@@ -118,6 +118,21 @@ impl Runtime {
         expected: Option<&DataType>,
         limits: &Limits,
     ) -> Result<ArrayRef, UdfError> {
+        let result = self.call_checked_out(udf, tenant, chunk, expected, limits);
+        self.inner
+            .call_stats
+            .record(tenant, chunk.num_rows(), &result);
+        result
+    }
+
+    fn call_checked_out(
+        &self,
+        udf: &PreparedUdf,
+        tenant: &str,
+        chunk: &RecordBatch,
+        expected: Option<&DataType>,
+        limits: &Limits,
+    ) -> Result<ArrayRef, UdfError> {
         let mut instance = self.checkout(udf, tenant, limits)?;
         let outcome = encode_input(chunk)
             .and_then(|input| instance.call(&udf.manifest.entry, input, limits, &udf.label));

@@ -10,6 +10,7 @@
 //! [`Runtime::invoke`] per batch. `invoke` blocks while the guest runs (up to the timeout),
 //! so call it from a blocking-capable thread with a normal (≥ 2 MiB) stack.
 
+mod call_stats;
 mod codec;
 mod engine;
 mod error;
@@ -24,6 +25,7 @@ mod pool;
 mod result_reader;
 mod runtime;
 
+pub use call_stats::CallStats;
 pub use error::UdfError;
 pub use invoke::InvokeOutput;
 pub use limits::{Limits, LimitsOverride};

@@ -128,6 +128,7 @@ pub(crate) struct Inner {
     fresh: Mutex<HashMap<InstanceKey, GuestInstance>>,
     pub(crate) pool: InstancePool,
     pub(crate) counters: Counters,
+    pub(crate) call_stats: crate::call_stats::TenantCallStats,
     _ticker: EpochTicker,
 }
 
@@ -167,6 +168,7 @@ impl Runtime {
                 fresh: Mutex::default(),
                 pool,
                 counters: Counters::default(),
+                call_stats: Default::default(),
                 _ticker: ticker,
             }),
         })
@@ -190,6 +192,11 @@ impl Runtime {
             compile_time: Duration::from_nanos(get(&i.modules.counters.compile_nanos)),
             load_time: Duration::from_nanos(get(&i.modules.counters.load_nanos)),
         }
+    }
+
+    /// Each tenant's guest calls and how they ended, sorted by tenant.
+    pub fn call_stats(&self) -> Vec<(String, crate::CallStats)> {
+        self.inner.call_stats.snapshot()
     }
 
     /// Whether the module with this sha256 is in the module store.

@@ -155,6 +155,7 @@ impl AuthFile {
 
 struct Loaded {
     by_hash: HashMap<String, Grant>,
+    tenants: crate::config::TenantTable,
     stamp: Option<(SystemTime, u64)>,
 }
 
@@ -189,6 +190,7 @@ impl KeyRing {
             bootstrap,
             loaded: RwLock::new(Loaded {
                 by_hash: HashMap::new(),
+                tenants: Default::default(),
                 stamp: None,
             }),
         };
@@ -211,7 +213,11 @@ impl KeyRing {
             .iter()
             .map(|k| (k.sha256.to_ascii_lowercase(), k.grant()))
             .collect();
-        *self.loaded.write().unwrap() = Loaded { by_hash, stamp };
+        *self.loaded.write().unwrap() = Loaded {
+            by_hash,
+            tenants: file.tenants,
+            stamp,
+        };
         Ok(())
     }
 
@@ -225,6 +231,11 @@ impl KeyRing {
             return Ok(false);
         }
         self.reload().map(|_| true)
+    }
+
+    /// A tenant's `[tenants.<name>]` settings as the auth file has them now.
+    pub fn tenant_settings(&self, tenant: &str) -> Option<crate::config::TenantSettings> {
+        self.loaded.read().unwrap().tenants.get(tenant).cloned()
     }
 
     pub fn lookup(&self, key: &str) -> Option<Grant> {

@@ -92,7 +92,19 @@ pub async fn authenticate(State(app): State<AppState>, request: Request, next: N
         return next.run(request).await;
     }
     match admit(&app, request).await {
-        Ok(request) => next.run(request).await,
+        Ok(request) => {
+            let tenant = request
+                .extensions()
+                .get::<Caller>()
+                .map(|c| c.tenant().to_string())
+                .unwrap_or_default();
+            tracing::Span::current().record("tenant", tenant.as_str());
+            let mut response = next.run(request).await;
+            response
+                .extensions_mut()
+                .insert(super::ServedTenant(tenant));
+            response
+        }
         Err(err) => err.into_response(),
     }
 }
@@ -179,7 +191,7 @@ async fn body_identity(request: Request) -> ApiResult<(Request, Option<Value>)> 
     let (parts, body) = request.into_parts();
     let bytes = to_bytes(body, MAX_IDENTITY_BODY)
         .await
-        .map_err(|_| ApiError::invalid("unreadable request body"))?;
+        .map_err(|e| super::extract::body_error(&e))?;
     let identity = serde_json::from_slice::<Value>(&bytes)
         .ok()
         .and_then(|mut v| v.get_mut("identity").map(Value::take))

@@ -14,9 +14,10 @@ use serde_json::Value;
 #[derive(Clone, Copy)]
 pub struct Verbatim;
 
+/// An error answer; `errors::render_errors`, outside this layer, gives it the spec's shape.
 fn plain(err: crate::error::ApiError) -> Response {
     use axum::response::IntoResponse;
-    (err.status, axum::Json(super::errors::error_json(&err, ""))).into_response()
+    err.into_response()
 }
 
 /// JSON bodies this layer reads whole; larger ones pass through untouched.
@@ -92,11 +93,9 @@ async fn request_headers_from_context(request: Request) -> Result<Request, Box<R
         return Ok(request);
     }
     let (mut parts, body) = request.into_parts();
-    let bytes = to_bytes(body, MAX_JSON).await.map_err(|_| {
-        Box::new(plain(crate::error::ApiError::invalid(
-            "unreadable request body",
-        )))
-    })?;
+    let bytes = to_bytes(body, MAX_JSON)
+        .await
+        .map_err(|e| Box::new(plain(super::extract::body_error(&e))))?;
     if let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(&bytes)
         && let Some(Value::Object(ctx)) = map.get("context")
     {

@@ -38,6 +38,7 @@ fn type_and_title(status: StatusCode) -> (&'static str, &'static str) {
             "/errors/conflict",
             "The namespace has been concurrently modified",
         ),
+        408 => ("/errors/request-timeout", "Request timed out"),
         413 => ("/errors/payload-too-large", "Request body too large"),
         503 => ("/errors/service-unavailable", "Slow down"),
         s if s < 500 => ("/errors/bad-request", "Malformed request"),
@@ -67,20 +68,21 @@ pub async fn render_errors(request: Request, next: Next) -> Response {
     if status.is_success() || status.is_redirection() || status.is_informational() {
         return response;
     }
-    let err = if let Some(err) = response.extensions().get::<ApiError>() {
+    // The answer's extensions (who was served, for metrics) outlive its rendering.
+    let (parts, body) = response.into_parts();
+    let err = if let Some(err) = parts.extensions.get::<ApiError>() {
         if status.is_server_error() {
             tracing::error!(path = %instance, error = %err.message, "request failed");
         }
         err.clone()
     } else {
-        let is_json = response
-            .headers()
+        let is_json = parts
+            .headers
             .get(header::CONTENT_TYPE)
             .is_some_and(|ct| ct.as_bytes().starts_with(b"application/json"));
         if is_json {
-            return response;
+            return Response::from_parts(parts, body);
         }
-        let (parts, body) = response.into_parts();
         let text = axum::body::to_bytes(body, 64 * 1024)
             .await
             .unwrap_or_default();
@@ -94,6 +96,10 @@ pub async fn render_errors(request: Request, next: Next) -> Response {
             StatusCode::PAYLOAD_TOO_LARGE => (
                 ErrorCode::InvalidInput,
                 "request body exceeds the server's limit".to_string(),
+            ),
+            StatusCode::REQUEST_TIMEOUT => (
+                ErrorCode::InvalidInput,
+                "the request body was not received in time".to_string(),
             ),
             s if s.is_client_error() => (
                 ErrorCode::InvalidInput,
@@ -119,12 +125,22 @@ pub async fn render_errors(request: Request, next: Next) -> Response {
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
+    if err.status == StatusCode::SERVICE_UNAVAILABLE {
+        // Every 503 is a "come back later": overload, a busy UDF runtime, a full body budget.
+        let retry = parts
+            .headers
+            .get(header::RETRY_AFTER)
+            .cloned()
+            .unwrap_or(HeaderValue::from_static("1"));
+        rendered.headers_mut().insert(header::RETRY_AFTER, retry);
+    }
     if err.status == StatusCode::UNAUTHORIZED {
         // RFC 6750: tell the client which scheme to use.
         rendered
             .headers_mut()
             .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
     }
+    rendered.extensions_mut().extend(parts.extensions);
     rendered
 }
 

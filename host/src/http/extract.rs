@@ -134,6 +134,32 @@ impl<S: Send + Sync> FromRequestParts<S> for Target {
     }
 }
 
+/// Why a request body could not be received, as the answer a client should get: the
+/// server's body memory in use (503, retry), a stalled sender (408), a body over the limit
+/// (413), anything else (400).
+pub fn body_error(err: &(dyn std::error::Error + 'static)) -> ApiError {
+    use axum::http::StatusCode;
+    let mut cause = Some(err);
+    while let Some(e) = cause {
+        if e.is::<super::overload::BodyMemoryExhausted>() {
+            return ApiError::new(
+                lance_namespace::ErrorCode::ServiceUnavailable,
+                e.to_string(),
+            );
+        }
+        if e.is::<tower_http::timeout::TimeoutError>() {
+            return ApiError::invalid("the request body stalled and timed out")
+                .with_status(StatusCode::REQUEST_TIMEOUT);
+        }
+        if e.is::<http_body_util::LengthLimitError>() {
+            return ApiError::invalid("request body exceeds the server's limit")
+                .with_status(StatusCode::PAYLOAD_TOO_LARGE);
+        }
+        cause = e.source();
+    }
+    ApiError::invalid(format!("unreadable request body: {err}"))
+}
+
 /// JSON body; empty (or `null`) means `{}`. Malformed JSON is a 400 in the spec's shape.
 pub struct JsonBody<T>(pub T);
 
@@ -143,7 +169,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         let bytes = Bytes::from_request(req, state)
             .await
-            .map_err(|e| ApiError::invalid(e.body_text()).with_status(e.status()))?;
+            .map_err(|e| body_error(&e))?;
         let text = std::str::from_utf8(&bytes)
             .map_err(|_| ApiError::invalid("request body is not UTF-8"))?
             .trim();
@@ -159,7 +185,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
 }
 
 /// Fields every JSON request may carry (spec 2.2).
-#[derive(Debug, Default, Deserialize, Clone)]
+#[derive(Debug, Default, Deserialize, Clone, schemars::JsonSchema)]
 #[serde(default)]
 pub struct Common {
     pub id: Option<Vec<String>>,

@@ -16,6 +16,10 @@ pub use extract::Target;
 mod indexes;
 mod jobs;
 mod namespaces;
+mod observe;
+pub mod openapi;
+pub use observe::{ServedTenant, install_panic_hook};
+pub mod overload;
 mod query;
 mod query_body;
 mod tables;
@@ -44,19 +48,23 @@ pub type AppState = Arc<App>;
 /// the server understands (0.3: structured full-text queries, multivector).
 pub const PHALANX_VERSION: &str = "0.3.0";
 
-/// One row of the route table: method, path and the role it needs. Every `/v1` route is added
-/// through [`Routes`], so none can skip the credential check or the role guard; the auth tests
-/// iterate over [`route_table`].
+/// One row of the route table: method, path, the role it needs, and what the request carries
+/// (body kind and schema, query parameters) and the answer is, for `/v1/openapi.json`. Every
+/// `/v1` route is added through [`Routes`], so none can skip the credential check or the role
+/// guard; the auth tests iterate over [`route_table`].
 #[derive(Debug, Clone)]
 pub struct RouteInfo {
     pub method: &'static str,
     pub path: &'static str,
     pub role: Role,
+    pub doc: openapi::Operation,
 }
 
 struct Routes {
     router: Router<AppState>,
     table: Vec<RouteInfo>,
+    /// The rows the last `add` made (one per method), which `params`/`answers` amend.
+    last: std::ops::Range<usize>,
 }
 
 impl Routes {
@@ -66,51 +74,77 @@ impl Routes {
         path: &'static str,
         role: Role,
         handler: MethodRouter<AppState>,
+        doc: openapi::Operation,
     ) -> Self {
         let guarded = handler.route_layer(middleware::from_fn_with_state(role, auth::require));
         self.router = self.router.route(path, guarded);
-        self.table.extend(
-            methods
-                .iter()
-                .map(|&method| RouteInfo { method, path, role }),
-        );
+        let first = self.table.len();
+        self.table.extend(methods.iter().map(|&method| RouteInfo {
+            method,
+            path,
+            role,
+            doc: doc.clone(),
+        }));
+        self.last = first..self.table.len();
         self
     }
-    fn post<H: Handler<T, AppState>, T: 'static>(
+    fn post<H: Handler<T, AppState> + openapi::Describe<T>, T: 'static>(
         self,
         path: &'static str,
         role: Role,
         h: H,
     ) -> Self {
-        self.add(&["POST"], path, role, post(h))
+        self.add(&["POST"], path, role, post(h), openapi::Operation::of::<H, T>())
     }
-    fn get<H: Handler<T, AppState>, T: 'static>(
+    fn get<H: Handler<T, AppState> + openapi::Describe<T>, T: 'static>(
         self,
         path: &'static str,
         role: Role,
         h: H,
     ) -> Self {
-        self.add(&["GET"], path, role, get(h))
+        self.add(&["GET"], path, role, get(h), openapi::Operation::of::<H, T>())
     }
-    fn get_post<H: Handler<T, AppState> + Clone, T: 'static>(
+    fn get_post<H: Handler<T, AppState> + openapi::Describe<T> + Clone, T: 'static>(
         self,
         path: &'static str,
         role: Role,
         h: H,
     ) -> Self {
-        self.add(&["GET", "POST"], path, role, get(h.clone()).post(h))
+        let doc = openapi::Operation::of::<H, T>();
+        self.add(&["GET", "POST"], path, role, get(h.clone()).post(h), doc)
+    }
+    /// The query parameters the last route's handler reads (besides `delimiter`).
+    fn params(mut self, params: &[openapi::Param]) -> Self {
+        for row in &mut self.table[self.last.clone()] {
+            for p in params {
+                row.doc.add_param(*p);
+            }
+        }
+        self
+    }
+    /// The last route's success answer, when it is not a JSON object.
+    fn answers(mut self, answer: openapi::Answer) -> Self {
+        for row in &mut self.table[self.last.clone()] {
+            row.doc.answer = answer;
+        }
+        self
     }
 }
 
 fn build() -> Routes {
     use Role::{Admin, Read, Write};
+    use openapi::Answer;
+    use openapi::params::*;
     Routes {
         router: Router::new().route("/healthz", get(|| async { "ok" })),
         table: Vec::new(),
+        last: 0..0,
     }
+    .get("/v1/openapi.json", Read, openapi::serve)
     // Namespaces
     .post("/v1/namespace/{id}/create", Admin, namespaces::create)
     .get_post("/v1/namespace/{id}/list", Read, namespaces::list)
+    .params(&[LIMIT, PAGE_TOKEN])
     .post("/v1/namespace/{id}/describe", Read, namespaces::describe)
     .post("/v1/namespace/{id}/drop", Admin, namespaces::drop)
     .post("/v1/namespace/{id}/exists", Read, namespaces::exists)
@@ -119,62 +153,103 @@ fn build() -> Routes {
         Read,
         namespaces::list_tables,
     )
+    .params(&[LIMIT, PAGE_TOKEN, INCLUDE_DECLARED])
     // Tables: catalog
     .get("/v1/table", Read, tables::list_all)
+    .params(&[LIMIT, PAGE_TOKEN])
     .post("/v1/table/{id}/create", Write, tables::create)
+    .params(&[CREATE_MODE, PROPERTIES])
     .post("/v1/table/{id}/declare", Write, tables::declare)
     .post("/v1/table/{id}/describe", Read, tables::describe)
+    .params(&[VERSION, BRANCH])
     .post("/v1/table/{id}/exists", Read, tables::exists)
     .post("/v1/table/{id}/drop", Write, tables::drop)
     .post("/v1/table/{id}/deregister", Admin, tables::deregister)
     .post("/v1/table/{id}/register", Admin, tables::register)
     .post("/v1/table/{id}/rename", Write, tables::rename)
     .post("/v1/table/{id}/stats", Read, tables::stats)
+    .params(&[BRANCH])
     .post("/v1/table/batch-commit", Admin, batch::commit)
     // Extended deployment (spec 4.16)
     .get("/v1/tables", Read, tables::list_all)
+    .params(&[LIMIT, PAGE_TOKEN])
     .post("/v1/tables/{id}", Write, tables::create)
+    .params(&[CREATE_MODE, PROPERTIES])
     // Tables: data
     .post("/v1/table/{id}/insert", Write, data::insert)
+    .params(&[INSERT_MODE, BRANCH])
     .post("/v1/table/{id}/merge_insert", Write, data::merge_insert)
+    .params(&[
+        ON,
+        WHEN_MATCHED_UPDATE_ALL,
+        WHEN_MATCHED_UPDATE_ALL_FILT,
+        WHEN_NOT_MATCHED_INSERT_ALL,
+        WHEN_NOT_MATCHED_BY_SOURCE_DELETE,
+        WHEN_NOT_MATCHED_BY_SOURCE_DELETE_FILT,
+        TIMEOUT,
+        USE_INDEX,
+        BRANCH,
+    ])
     .post("/v1/table/{id}/update", Write, data::update)
+    .params(&[BRANCH])
     .post("/v1/table/{id}/delete", Write, data::delete)
+    .params(&[BRANCH])
     .post("/v1/table/{id}/count_rows", Read, data::count_rows)
+    .params(&[VERSION, BRANCH])
+    .answers(Answer::Count)
     .post("/v1/table/{id}/query", Read, query::query)
+    .params(&[VERSION, BRANCH])
+    .answers(Answer::Arrow)
     .post("/v1/table/{id}/explain_plan", Read, query::explain_plan)
+    .params(&[VERSION, BRANCH])
     .post("/v1/table/{id}/analyze_plan", Read, query::analyze_plan)
+    .params(&[VERSION, BRANCH])
     // Tables: indexes
     .post("/v1/table/{id}/create_index", Write, indexes::create)
+    .params(&[BRANCH])
     .post(
         "/v1/table/{id}/create_scalar_index",
         Write,
         indexes::create_scalar,
     )
+    .params(&[BRANCH])
     .post("/v1/table/{id}/index/list", Read, indexes::list)
+    .params(&[VERSION, BRANCH, LIMIT, PAGE_TOKEN])
     .post(
         "/v1/table/{id}/index/{index_name}/stats",
         Read,
         indexes::stats,
     )
+    .params(&[VERSION, BRANCH])
     .post(
         "/v1/table/{id}/index/{index_name}/drop",
         Write,
         indexes::drop,
     )
+    .params(&[BRANCH])
     // Tables: schema
     .post("/v1/table/{id}/add_columns", Write, columns::add)
+    .params(&[BRANCH])
     .post("/v1/table/{id}/alter_columns", Write, columns::alter)
+    .params(&[BRANCH])
     .post("/v1/table/{id}/drop_columns", Write, columns::drop)
+    .params(&[BRANCH])
     // Tables: history
     .post("/v1/table/{id}/version/list", Read, versions::list)
+    .params(&[BRANCH, LIMIT, PAGE_TOKEN, DESCENDING])
     .post("/v1/table/{id}/restore", Write, versions::restore)
+    .params(&[BRANCH])
     .post("/v1/table/{id}/tags/list", Read, versions::list_tags)
+    .params(&[LIMIT, PAGE_TOKEN])
     .post("/v1/table/{id}/tags/version", Read, versions::tag_version)
     .post("/v1/table/{id}/tags/create", Write, versions::create_tag)
+    .params(&[BRANCH])
     .post("/v1/table/{id}/tags/delete", Write, versions::delete_tag)
     .post("/v1/table/{id}/tags/update", Write, versions::update_tag)
+    .params(&[BRANCH])
     .post("/v1/table/{id}/branches/create", Write, branches::create)
     .post("/v1/table/{id}/branches/list", Read, branches::list)
+    .params(&[LIMIT, PAGE_TOKEN])
     .post("/v1/table/{id}/branches/delete", Write, branches::delete)
     // Jobs
     .post(
@@ -182,8 +257,10 @@ fn build() -> Routes {
         Write,
         jobs::backfill_column,
     )
+    .params(&[BRANCH])
     .post("/v1/jobs/describe", Read, jobs::describe)
     .get_post("/v1/jobs/list", Read, jobs::list)
+    .params(&[LIMIT, PAGE_TOKEN, TABLE_ID, JOB_STATE, DELIMITER])
     .post("/v1/jobs/cancel", Write, jobs::cancel)
 }
 
@@ -192,55 +269,104 @@ pub fn routes() -> Router<AppState> {
     build().router
 }
 
-/// Every `/v1` route: method, path, role needed.
+/// Every `/v1` route: method, path, role needed, request and answer (see [`openapi`]).
 pub fn route_table() -> Vec<RouteInfo> {
     build().table
 }
 
-/// The full service: routes plus the cross-cutting layers (error rendering, panics, body
-/// limit, request ids, tracing), with trailing slashes ignored.
+/// The full service: routes plus the cross-cutting layers, outermost first: request id,
+/// tracing span, metrics, `phalanx-version`, error rendering, body timeout, whole-server
+/// admission, context mapping, credentials, per-tenant admission, panics, body limit. Trailing
+/// slashes are ignored.
 pub fn service(
     state: AppState,
     body_limit: usize,
-) -> axum::routing::IntoMakeService<tower_http::normalize_path::NormalizePath<Router>> {
+    body_timeout: std::time::Duration,
+) -> tower_http::normalize_path::NormalizePath<Router> {
     use tower::Layer;
-    let router =
-        routes()
-            .fallback(errors::no_route)
-            .with_state(state.clone())
-            .layer(DefaultBodyLimit::max(body_limit))
-            .layer(CatchPanicLayer::custom(
-                |_panic: Box<dyn std::any::Any + Send>| {
-                    ApiError::internal("the server hit an internal fault handling this request")
-                        .into_response()
-                },
-            ))
-            .layer(middleware::from_fn_with_state(state, auth::authenticate))
-            .layer(middleware::from_fn(errors::render_errors))
-            .layer(middleware::from_fn(response_headers))
-            .layer(middleware::from_fn(context::map_context))
-            .layer(TraceLayer::new_for_http().on_request(()).on_response(
-                tower_http::trace::DefaultOnResponse::new().level(tracing::Level::INFO),
-            ));
-    axum::ServiceExt::<Request>::into_make_service(
-        tower_http::normalize_path::NormalizePathLayer::trim_trailing_slash().layer(router),
-    )
+    use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+    let panics = state.clone();
+    let router = routes()
+        .route("/metrics", get(metrics))
+        .fallback(errors::no_route)
+        .with_state(state.clone())
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            observe::inject_faults,
+        ))
+        .layer(CatchPanicLayer::custom(move |panic| {
+            observe::panicked(&panics, panic)
+        }))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            overload::admit_tenant,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::authenticate,
+        ))
+        .layer(middleware::from_fn(context::map_context))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            overload::admit_request,
+        ))
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            body_timeout,
+        ))
+        .layer(middleware::from_fn(errors::render_errors))
+        .layer(middleware::from_fn(response_headers))
+        .layer(middleware::from_fn_with_state(state, observe::record_metrics))
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(observe::request_span)
+                .on_request(())
+                .on_response(
+                    tower_http::trace::DefaultOnResponse::new().level(tracing::Level::INFO),
+                ),
+        )
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid));
+    tower_http::normalize_path::NormalizePathLayer::trim_trailing_slash().layer(router)
 }
 
-/// Adds `x-request-id` (echoed or generated) and `phalanx-version` to every answer.
-async fn response_headers(request: Request, next: Next) -> Response {
-    let request_id = request
-        .headers()
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
-        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-    let mut response = next.run(request).await;
-    let headers = response.headers_mut();
-    if let Ok(v) = HeaderValue::from_str(&request_id) {
-        headers.insert(HeaderName::from_static("x-request-id"), v);
+/// `GET /metrics`: Prometheus text. Loopback clients need no credential; others need
+/// `--metrics-token` as a bearer token (and are refused when none is configured), since the
+/// figures name every tenant.
+async fn metrics(
+    axum::extract::State(app): axum::extract::State<AppState>,
+    peer: Option<axum::Extension<axum::extract::ConnectInfo<std::net::SocketAddr>>>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    let loopback = peer.is_some_and(|p| p.0.0.ip().is_loopback());
+    let token_ok = app.metrics_token.as_deref().is_some_and(|token| {
+        headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|given| given.as_bytes() == token.as_bytes())
+    });
+    if !loopback && !token_ok {
+        return auth::unauthorized(
+            "/metrics needs the metrics token (--metrics-token) from a non-loopback address",
+        )
+        .into_response();
     }
-    headers.insert(
+    let body = app.metrics.render(&app);
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+        .into_response()
+}
+
+/// Adds `phalanx-version` to every answer.
+async fn response_headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    response.headers_mut().insert(
         HeaderName::from_static("phalanx-version"),
         HeaderValue::from_static(PHALANX_VERSION),
     );

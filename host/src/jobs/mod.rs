@@ -167,6 +167,16 @@ impl JobManager {
         &self.root
     }
 
+    /// How many jobs there are of each (type, state, tenant), for metrics.
+    pub fn counts(&self) -> BTreeMap<(String, JobState, String), u64> {
+        let mut counts = BTreeMap::new();
+        for job in self.jobs.lock().unwrap().values() {
+            let r = job.snapshot();
+            *counts.entry((r.job_type, r.state, r.tenant)).or_default() += 1;
+        }
+        counts
+    }
+
     /// Restart every job a previous process left IN_PROGRESS.
     pub fn resume_all(&self, app: &Arc<App>) {
         let unfinished: Vec<Arc<Job>> = self

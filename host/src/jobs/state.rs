@@ -18,7 +18,7 @@ use super::spec::BackfillSpec;
 use crate::error::{ApiError, ApiResult};
 use crate::store::StagedFile;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum JobState {
     InProgress,

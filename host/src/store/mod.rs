@@ -70,6 +70,11 @@ pub fn normalize_branch(branch: Option<String>) -> Option<String> {
 }
 
 impl Store {
+    /// Datasets held open in the cache, for metrics.
+    pub fn cached_datasets(&self) -> usize {
+        self.cache.lock().unwrap().len()
+    }
+
     /// A store sharing `session`, keeping up to `vector_cache_bytes` of decoded vectors.
     pub fn new(session: Arc<Session>, vector_cache_bytes: usize) -> Self {
         Self {

@@ -1,0 +1,151 @@
+//! What an operator sees of each request: its span (every log line of the request carries
+//! the request id, which the answer returns as `x-request-id`), its metrics, and what
+//! happens when a handler panics. Also the fault-injection hook the reliability tests use.
+
+use std::any::Any;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::{MatchedPath, Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http_body_util::BodyExt;
+use tracing::Span;
+
+use super::AppState;
+use crate::error::ApiError;
+use crate::metrics::{NO_TENANT, RequestLabels, RouteLabels};
+
+/// The tenant a request was served for, left on the answer by authentication for metrics.
+#[derive(Clone)]
+pub struct ServedTenant(pub String);
+
+/// The span every log line of a request is logged in.
+pub fn request_span(request: &Request) -> Span {
+    let id = request
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    tracing::info_span!(
+        "request",
+        request_id = %id,
+        method = %request.method(),
+        path = %request.uri().path(),
+        tenant = tracing::field::Empty,
+    )
+}
+
+/// Counts requests, latency and bytes by route (the route pattern, so ids do not explode the
+/// label set), method, status and tenant.
+pub async fn record_metrics(State(app): State<AppState>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_else(|| "unmatched".to_string());
+    let method = request.method().to_string();
+    let start = Instant::now();
+    let bytes_in = Arc::new(AtomicU64::new(0));
+    let request = {
+        let counter = bytes_in.clone();
+        request.map(|body| {
+            Body::new(body.map_frame(move |frame| {
+                if let Some(data) = frame.data_ref() {
+                    counter.fetch_add(data.len() as u64, Ordering::Relaxed);
+                }
+                frame
+            }))
+        })
+    };
+    app.metrics.in_flight.inc();
+    let response = next.run(request).await;
+    app.metrics.in_flight.dec();
+    let tenant = response
+        .extensions()
+        .get::<ServedTenant>()
+        .map(|t| t.0.clone())
+        .unwrap_or_else(|| NO_TENANT.to_string());
+    let labels = RouteLabels {
+        route,
+        method,
+        tenant,
+    };
+    let metrics = &app.metrics;
+    metrics
+        .requests
+        .get_or_create(&RequestLabels {
+            route: labels.route.clone(),
+            method: labels.method.clone(),
+            status: response.status().as_u16(),
+            tenant: labels.tenant.clone(),
+        })
+        .inc();
+    metrics
+        .latency
+        .get_or_create(&labels)
+        .observe(start.elapsed().as_secs_f64());
+    metrics.count_in(&labels, bytes_in.load(Ordering::Relaxed) as usize);
+    // Answers may stream after this returns: count their bytes as they go.
+    let app = app.clone();
+    response.map(move |body| {
+        Body::new(body.map_frame(move |frame| {
+            if let Some(data) = frame.data_ref() {
+                app.metrics.count_out(&labels, data.len());
+            }
+            frame
+        }))
+    })
+}
+
+/// The answer to a request whose handler panicked: a 500 in the spec's shape. The panic hook
+/// has already logged the message and place, inside the request's span.
+pub fn panicked(app: &AppState, _panic: Box<dyn Any + Send>) -> Response {
+    app.metrics.panics.inc();
+    ApiError::internal("the server hit an internal fault handling this request").into_response()
+}
+
+/// Logs panics through tracing, so the line carries the current span (the request's id, or
+/// the job's) and follows `--log-format`.
+pub fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(non-text panic payload)".to_string());
+        let location = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        tracing::error!(panic = %message, %location, "panic");
+    }));
+}
+
+/// With `LANCET_FAULT_INJECTION=1` in the server's environment, a request header
+/// `x-lancet-fault` makes the server misbehave on purpose: `panic` panics in the handler
+/// chain, `sleep-ms=N` holds the request (and its admission slots) for N ms. Off by default;
+/// the header is ignored then.
+pub async fn inject_faults(State(app): State<AppState>, request: Request, next: Next) -> Response {
+    if app.fault_injection
+        && let Some(fault) = request
+            .headers()
+            .get("x-lancet-fault")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    {
+        if fault == "panic" {
+            panic!("fault injected by request header x-lancet-fault: panic");
+        }
+        if let Some(ms) = fault
+            .strip_prefix("sleep-ms=")
+            .and_then(|v| v.parse::<u64>().ok())
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(ms.min(60_000))).await;
+        }
+    }
+    next.run(request).await
+}

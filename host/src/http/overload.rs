@@ -1,0 +1,217 @@
+//! Overload control: bounds on requests in flight (whole server, and per tenant) and on the
+//! memory request bodies may hold. A request over a bound is answered at once with 503
+//! `/errors/service-unavailable` and `Retry-After`, never queued: a queue would only move the
+//! overload into memory and latency, and clients (the lancedb SDK among them) retry 503s.
+//!
+//! The per-tenant bound is what keeps one tenant's flood from taking the slots another
+//! tenant's requests need; the global bound and the body budget keep the process itself inside
+//! its memory whatever all tenants send together.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use lance_namespace::ErrorCode;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::AppState;
+use super::auth::Caller;
+use crate::error::ApiError;
+
+/// Body memory is reserved in units of this many bytes.
+const UNIT: usize = 1024;
+
+/// Seconds a refused client is asked to wait.
+const RETRY_AFTER_SECS: &str = "1";
+
+pub struct Admission {
+    global: Arc<Semaphore>,
+    tenant_default: usize,
+    /// Each tenant's semaphore with the limit it was made for; a changed limit (auth file
+    /// edited) gets a fresh one, and permits of the old one drain as their requests end.
+    tenants: Mutex<HashMap<String, (usize, Arc<Semaphore>)>>,
+    body_memory: Arc<Semaphore>,
+    body_limit: usize,
+}
+
+/// A request body could not be received because the server's body memory is in use.
+#[derive(Debug)]
+pub struct BodyMemoryExhausted;
+
+impl std::fmt::Display for BodyMemoryExhausted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the server is receiving too much request data at once; slow down")
+    }
+}
+
+impl std::error::Error for BodyMemoryExhausted {}
+
+pub fn slow_down(message: impl Into<String>) -> Response {
+    let mut response = ApiError::new(ErrorCode::ServiceUnavailable, message).into_response();
+    response.headers_mut().insert(
+        header::RETRY_AFTER,
+        HeaderValue::from_static(RETRY_AFTER_SECS),
+    );
+    response
+}
+
+impl Admission {
+    /// `body_limit` is the largest body the server accepts at all (larger ones are a 413, not a
+    /// matter of load).
+    pub fn new(
+        max_in_flight: usize,
+        tenant_max_in_flight: usize,
+        body_memory_bytes: usize,
+        body_limit: usize,
+    ) -> Self {
+        Self {
+            global: Arc::new(Semaphore::new(max_in_flight.max(1))),
+            tenant_default: tenant_max_in_flight.max(1),
+            tenants: Mutex::default(),
+            body_memory: Arc::new(Semaphore::new(
+                (body_memory_bytes / UNIT).clamp(1, u32::MAX as usize),
+            )),
+            body_limit,
+        }
+    }
+
+    fn tenant_slot(&self, tenant: &str, limit: Option<usize>) -> Option<OwnedSemaphorePermit> {
+        let limit = limit.unwrap_or(self.tenant_default).max(1);
+        let semaphore = {
+            let mut tenants = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
+            let entry = tenants
+                .entry(tenant.to_string())
+                .or_insert_with(|| (limit, Arc::new(Semaphore::new(limit))));
+            if entry.0 != limit {
+                *entry = (limit, Arc::new(Semaphore::new(limit)));
+            }
+            entry.1.clone()
+        };
+        semaphore.try_acquire_owned().ok()
+    }
+}
+
+fn units(bytes: usize) -> u32 {
+    bytes.div_ceil(UNIT).min(u32::MAX as usize) as u32
+}
+
+/// Whole-server bounds, before credentials are looked at (a flood of bad credentials is load
+/// too). `/healthz` and `/metrics` are exempt, so a saturated server still reports in.
+pub async fn admit_request(State(app): State<AppState>, request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    if path == "/healthz" || path == "/metrics" {
+        return next.run(request).await;
+    }
+    let admission = &app.admission;
+    let Ok(_slot) = admission.global.clone().try_acquire_owned() else {
+        app.metrics.reject("global", crate::metrics::NO_TENANT);
+        return slow_down("the server is at its limit of requests in flight; slow down");
+    };
+    // Held until the answer is built: handlers keep the decoded body that long.
+    let held: Arc<Mutex<Vec<OwnedSemaphorePermit>>> = Arc::default();
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+    let request = match declared {
+        // Over the body limit: the extractor answers 413 before reading much of it.
+        Some(n) if n > admission.body_limit => request,
+        Some(0) => request,
+        Some(n) => match admission
+            .body_memory
+            .clone()
+            .try_acquire_many_owned(units(n))
+        {
+            Ok(permit) => {
+                held.lock().unwrap().push(permit);
+                request
+            }
+            Err(_) => {
+                app.metrics.reject("body_memory", crate::metrics::NO_TENANT);
+                return slow_down(BodyMemoryExhausted.to_string());
+            }
+        },
+        // A body of unknown length reserves memory piece by piece as it arrives.
+        None => {
+            let (parts, body) = request.into_parts();
+            let budget = admission.body_memory.clone();
+            let held = held.clone();
+            let metrics_app = app.clone();
+            let stream = body.into_data_stream().map(move |chunk| {
+                let chunk = chunk?;
+                match budget.clone().try_acquire_many_owned(units(chunk.len())) {
+                    Ok(permit) => held.lock().unwrap().push(permit),
+                    Err(_) => {
+                        metrics_app
+                            .metrics
+                            .reject("body_memory", crate::metrics::NO_TENANT);
+                        return Err(axum::Error::new(BodyMemoryExhausted));
+                    }
+                }
+                Ok(chunk)
+            });
+            Request::from_parts(parts, Body::from_stream(stream))
+        }
+    };
+    let response = next.run(request).await;
+    drop(held);
+    response
+}
+
+/// The caller's tenant's bound; runs after authentication.
+pub async fn admit_tenant(State(app): State<AppState>, request: Request, next: Next) -> Response {
+    let Some(tenant) = request
+        .extensions()
+        .get::<Caller>()
+        .map(|c| c.tenant().to_string())
+    else {
+        return next.run(request).await;
+    };
+    let limit = app
+        .auth
+        .keys()
+        .tenant_settings(&tenant)
+        .and_then(|s| s.max_in_flight);
+    let Some(_slot) = app.admission.tenant_slot(&tenant, limit) else {
+        app.metrics.reject("tenant", &tenant);
+        return slow_down(format!(
+            "tenant '{tenant}' is at its limit of requests in flight; slow down"
+        ));
+    };
+    next.run(request).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tenant_slots_are_bounded_and_follow_a_changed_limit() {
+        let a = Admission::new(10, 2, 1 << 20, 1 << 20);
+        let s1 = a.tenant_slot("t", None).expect("first");
+        let _s2 = a.tenant_slot("t", None).expect("second");
+        assert!(a.tenant_slot("t", None).is_none(), "third is over 2");
+        assert!(
+            a.tenant_slot("u", None).is_some(),
+            "another tenant is apart"
+        );
+        drop(s1);
+        assert!(a.tenant_slot("t", None).is_some(), "a freed slot is reused");
+        // Raised in the auth file: a fresh semaphore with the new size.
+        let raised: Vec<_> = (0..5).filter_map(|_| a.tenant_slot("t", Some(5))).collect();
+        assert_eq!(raised.len(), 5);
+    }
+
+    #[test]
+    fn units_round_up() {
+        assert_eq!(units(1), 1);
+        assert_eq!(units(UNIT), 1);
+        assert_eq!(units(UNIT + 1), 2);
+        assert_eq!(units(usize::MAX), u32::MAX);
+    }
+}

@@ -1,0 +1,439 @@
+//! Operability and overload control: `/metrics`, request ids in answers and JSON logs, a
+//! panicking handler answered 500 while the server keeps serving, in-flight bounds (global and
+//! per tenant) answered 503 with `Retry-After`, the body-memory budget, and timeouts for
+//! clients that stall.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::common::*;
+
+async fn metrics_text(server: &Server) -> String {
+    let r = reqwest::get(server.url("/metrics")).await.unwrap();
+    assert_eq!(r.status(), 200);
+    let ct = r.headers()["content-type"].to_str().unwrap().to_string();
+    assert!(ct.starts_with("text/plain; version=0.0.4"), "{ct}");
+    r.text().await.unwrap()
+}
+
+/// The value of the sample whose line starts with `prefix` (name and labels), if any.
+pub fn metric(text: &str, prefix: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
+#[tokio::test]
+async fn metrics_count_requests_latency_bytes_and_datasets_by_route_and_tenant() {
+    let server = Server::start().await;
+    server.create_table("m", 10).await;
+    for _ in 0..3 {
+        assert_eq!(server.count("m", json!({})).await, 10);
+    }
+    let (status, _) = server.post("/v1/table/missing/describe", json!({})).await;
+    assert_eq!(status, 404);
+    let text = metrics_text(&server).await;
+    let count_rows = r#"lancet_http_requests_total{route="/v1/table/{id}/count_rows",method="POST",status="200",tenant="default"}"#;
+    assert_eq!(metric(&text, count_rows), Some(3.0), "{text}");
+    let missing = r#"lancet_http_requests_total{route="/v1/table/{id}/describe",method="POST",status="404",tenant="default"}"#;
+    assert_eq!(metric(&text, missing), Some(1.0), "{text}");
+    let latency = r#"lancet_http_request_duration_seconds_count{route="/v1/table/{id}/count_rows",method="POST",tenant="default"}"#;
+    assert_eq!(metric(&text, latency), Some(3.0), "{text}");
+    let bytes_in = r#"lancet_http_request_bytes_total{route="/v1/table/{id}/create",method="POST",tenant="default"}"#;
+    assert!(metric(&text, bytes_in).unwrap() > 100.0, "{text}");
+    let bytes_out = r#"lancet_http_response_bytes_total{route="/v1/table/{id}/count_rows",method="POST",tenant="default"}"#;
+    assert!(metric(&text, bytes_out).unwrap() >= 3.0 * 2.0, "{text}");
+    assert!(
+        metric(&text, "lancet_datasets_cached ").unwrap() >= 1.0,
+        "{text}"
+    );
+    assert_eq!(metric(&text, "lancet_panics_total "), Some(0.0), "{text}");
+    // The scrape itself is in flight.
+    assert_eq!(
+        metric(&text, "lancet_http_requests_in_flight "),
+        Some(1.0),
+        "{text}"
+    );
+    // Job and UDF families: see jobs::udf_failures_fail_the_job_or_become_nulls.
+}
+
+/// `/metrics` text, for other tests' checks.
+pub async fn scrape(server: &Server) -> String {
+    metrics_text(server).await
+}
+
+#[tokio::test]
+async fn every_answer_carries_a_request_id_and_a_given_one_is_kept() {
+    let server = Server::start().await;
+    let r = server
+        .client
+        .post(server.url("/v1/namespace/$/list"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    let generated = r.headers()["x-request-id"].to_str().unwrap().to_string();
+    assert_eq!(generated.len(), 36, "{generated}");
+    let r = server
+        .client
+        .post(server.url("/v1/table/nope/describe"))
+        .header("x-request-id", "client-chosen-42")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    assert_eq!(r.headers()["x-request-id"], "client-chosen-42");
+}
+
+/// A server with its stderr in a file, for reading its logs.
+struct Logged {
+    child: std::process::Child,
+    base: String,
+    log: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Logged {
+    fn start(args: &[&str], env: &[(&str, &str)]) -> Logged {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("stderr.log");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lancet"));
+        cmd.args(["serve", "--addr", "127.0.0.1:0", "--data"])
+            .arg(dir.path().join("data"))
+            .args(args)
+            .env("LANCET_BOOTSTRAP_KEY", ADMIN_KEY)
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let mut reader = BufReader::new(child.stdout.take().unwrap());
+        let base = loop {
+            let mut line = String::new();
+            assert!(reader.read_line(&mut line).unwrap() > 0, "server exited");
+            if let Some(b) = line.trim().strip_prefix("listening on ") {
+                break b.to_string();
+            }
+        };
+        std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
+        Logged {
+            child,
+            base,
+            log,
+            _dir: dir,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    fn log_lines(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for Logged {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn json_logs_carry_the_request_id_and_an_injected_panic_is_a_500_the_server_survives() {
+    let server = Logged::start(
+        &["--log-format", "json"],
+        &[("LANCET_FAULT_INJECTION", "1")],
+    );
+    let client = client_with_key(ADMIN_KEY);
+    let r = client
+        .post(server.url("/v1/namespace/$/list"))
+        .header("x-request-id", "rid-quiet-1")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+
+    let r = client
+        .post(server.url("/v1/namespace/$/list"))
+        .header("x-request-id", "rid-panic-2")
+        .header("x-lancet-fault", "panic")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 500);
+    assert_eq!(r.headers()["x-request-id"], "rid-panic-2");
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["type"], "/errors/server-error");
+    assert_eq!(body["status"], 500);
+    assert_eq!(body["instance"], "/v1/namespace/$/list");
+    assert!(body["detail"].as_str().unwrap().contains("internal fault"));
+
+    // Still serving, on the same and on new connections.
+    for _ in 0..3 {
+        let r = client
+            .post(server.url("/v1/namespace/$/list"))
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let metrics = reqwest::get(server.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(metric(&metrics, "lancet_panics_total "), Some(1.0));
+
+    // Logs flush as they are written; give the writer a moment.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let lines = server.log_lines();
+    let mut json_lines = 0;
+    for line in &lines {
+        let v: Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("log line is not JSON ({e}): {line}"));
+        json_lines += 1;
+        assert!(
+            v["timestamp"].is_string() && v["level"].is_string(),
+            "{line}"
+        );
+    }
+    assert!(json_lines >= 5, "{lines:?}");
+    let with = |rid: &str| -> Vec<Value> {
+        lines
+            .iter()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|v| v["span"]["request_id"] == rid)
+            .collect()
+    };
+    let quiet = with("rid-quiet-1");
+    assert!(!quiet.is_empty(), "no log line of rid-quiet-1 in {lines:?}");
+    assert!(quiet.iter().all(|v| v["span"]["tenant"] == "default"));
+    let panic_lines = with("rid-panic-2");
+    let panic_line = panic_lines
+        .iter()
+        .find(|v| v["fields"]["message"] == "panic")
+        .unwrap_or_else(|| panic!("no panic line with the request id: {lines:?}"));
+    assert!(
+        panic_line["fields"]["panic"]
+            .as_str()
+            .unwrap()
+            .contains("fault injected"),
+        "{panic_line}"
+    );
+    assert_eq!(panic_line["level"], "ERROR");
+}
+
+async fn sleepy(handle: &Handle, ms: u64) -> reqwest::Response {
+    handle
+        .client
+        .post(handle.url("/v1/namespace/$/list"))
+        .header("x-lancet-fault", format!("sleep-ms={ms}"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap()
+}
+
+async fn assert_slow_down(r: reqwest::Response, reason: &str) {
+    assert_eq!(r.status(), 503);
+    assert_eq!(r.headers()["retry-after"], "1");
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["type"], "/errors/service-unavailable");
+    assert_eq!(body["title"], "Slow down");
+    assert!(body["detail"].as_str().unwrap().contains(reason), "{body}");
+}
+
+#[tokio::test]
+async fn a_tenant_over_its_in_flight_limit_gets_503_and_another_tenant_does_not() {
+    let server = Server::start_with(
+        tempfile::tempdir().unwrap(),
+        &[
+            ("LANCET_FAULT_INJECTION", "1"),
+            ("LANCET_TENANT_MAX_IN_FLIGHT", "2"),
+        ],
+    )
+    .await;
+    let other = server.with_key(&server.new_key("other", "write", &[]).await);
+    let busy: Vec<_> = (0..2)
+        .map(|_| {
+            let h: Handle = (*server).clone();
+            tokio::spawn(async move { sleepy(&h, 1500).await.status() })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_slow_down(sleepy(&server, 0).await, "tenant 'default'").await;
+    // Another tenant is untouched.
+    let (status, _) = other.post("/v1/namespace/$/list", json!({})).await;
+    assert_eq!(status, 200);
+    for b in busy {
+        assert_eq!(b.await.unwrap(), 200);
+    }
+    // Slots are given back.
+    let (status, _) = server.post("/v1/namespace/$/list", json!({})).await;
+    assert_eq!(status, 200);
+    let text = metrics_text(&server).await;
+    let rejected = r#"lancet_overload_rejections_total{reason="tenant",tenant="default"}"#;
+    assert_eq!(metric(&text, rejected), Some(1.0), "{text}");
+}
+
+#[tokio::test]
+async fn the_auth_file_sets_a_tenants_own_in_flight_limit() {
+    let mut server = Server::start_with(
+        tempfile::tempdir().unwrap(),
+        &[("LANCET_FAULT_INJECTION", "1")],
+    )
+    .await;
+    let key = server.new_key("small", "write", &[]).await;
+    let small = server.with_key(&key);
+    let auth = server.data_dir().join("_auth/auth.toml");
+    let mut text = std::fs::read_to_string(&auth).unwrap();
+    text.push_str("\n[tenants.small]\nmax_in_flight = 1\n");
+    std::fs::write(&auth, text).unwrap();
+    // Restart so the setting is certainly read (a running server reloads within a second).
+    let data = server.take_data();
+    server.kill();
+    let server = Server::start_with(data, &[("LANCET_FAULT_INJECTION", "1")]).await;
+    let small = Handle {
+        base: server.base.clone(),
+        client: small.client,
+    };
+    let h = small.clone();
+    let busy = tokio::spawn(async move { sleepy(&h, 1500).await.status() });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_slow_down(sleepy(&small, 0).await, "tenant 'small'").await;
+    // The default tenant keeps the server's default limit.
+    assert_eq!(sleepy(&server, 0).await.status(), 200);
+    assert_eq!(busy.await.unwrap(), 200);
+}
+
+#[tokio::test]
+async fn the_whole_server_in_flight_limit_answers_503_and_healthz_still_answers() {
+    let server = Server::start_with(
+        tempfile::tempdir().unwrap(),
+        &[
+            ("LANCET_FAULT_INJECTION", "1"),
+            ("LANCET_MAX_IN_FLIGHT", "2"),
+        ],
+    )
+    .await;
+    let busy: Vec<_> = (0..2)
+        .map(|_| {
+            let h: Handle = (*server).clone();
+            tokio::spawn(async move { sleepy(&h, 1500).await.status() })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert_slow_down(sleepy(&server, 0).await, "server").await;
+    let health = reqwest::get(server.url("/healthz")).await.unwrap();
+    assert_eq!(health.status(), 200);
+    for b in busy {
+        assert_eq!(b.await.unwrap(), 200);
+    }
+    assert_eq!(sleepy(&server, 0).await.status(), 200);
+}
+
+#[tokio::test]
+async fn a_body_over_the_memory_budget_is_503_and_the_budget_is_given_back() {
+    let server = Server::start_with(
+        tempfile::tempdir().unwrap(),
+        &[("LANCET_MAX_BODY_MEMORY_MB", "1")],
+    )
+    .await;
+    // About 1.4 MiB of rows: over the 1 MiB budget, far under the 512 MiB body limit.
+    let big = ipc_stream(&sample(0, 40_000));
+    assert!(big.len() > 1 << 20, "{}", big.len());
+    let r = server
+        .client
+        .post(server.url("/v1/table/big/create"))
+        .header("content-type", "application/vnd.apache.arrow.stream")
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    assert_slow_down(r, "too much request data").await;
+    let (status, _) = server.post("/v1/table/big/exists", json!({})).await;
+    assert_eq!(status, 404, "nothing was created");
+    // Small bodies, one after another, each fit once the previous gave its share back.
+    for i in 0..5 {
+        server.create_table(&format!("small{i}"), 100).await;
+    }
+    // A body of unknown length is charged piece by piece and refused the same way.
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        (0..24).map(|_| Ok(vec![b' '; 64 * 1024])).collect();
+    let r = server
+        .client
+        .post(server.url("/v1/namespace/$/list"))
+        .header("content-type", "application/json")
+        .body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
+        .send()
+        .await
+        .unwrap();
+    assert_slow_down(r, "too much request data").await;
+}
+
+/// A raw connection for clients that misbehave below HTTP.
+fn raw(server: &Server) -> std::net::TcpStream {
+    let addr = server.base.trim_start_matches("http://").to_string();
+    let s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s
+}
+
+#[tokio::test]
+async fn stalled_clients_time_out_headers_and_bodies() {
+    let server = Server::start_with(
+        tempfile::tempdir().unwrap(),
+        &[
+            ("LANCET_HEADER_TIMEOUT_SECS", "1"),
+            ("LANCET_BODY_TIMEOUT_SECS", "1"),
+        ],
+    )
+    .await;
+    let server = std::sync::Arc::new(server);
+    let s = server.clone();
+    tokio::task::spawn_blocking(move || {
+        // Headers that never end: the connection is closed.
+        let mut conn = raw(&s);
+        let start = Instant::now();
+        conn.write_all(b"POST /v1/namespace/$/list HTTP/1.1\r\nhost: x\r\n")
+            .unwrap();
+        let mut buf = Vec::new();
+        let _ = conn.read_to_end(&mut buf);
+        let waited = start.elapsed();
+        assert!(waited < Duration::from_secs(10), "{waited:?}");
+
+        // A body that stalls half-way: 408 in the spec's shape.
+        let mut conn = raw(&s);
+        let start = Instant::now();
+        let head = format!(
+            "POST /v1/namespace/$/list HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {ADMIN_KEY}\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{{\"a\":"
+        );
+        conn.write_all(head.as_bytes()).unwrap();
+        let mut buf = Vec::new();
+        let _ = conn.read_to_end(&mut buf);
+        let answer = String::from_utf8_lossy(&buf).to_string();
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(answer.contains("/errors/request-timeout"), "{answer}");
+        assert!(start.elapsed() < Duration::from_secs(10));
+    })
+    .await
+    .unwrap();
+    // The server is fine.
+    let (status, _) = server.post("/v1/namespace/$/list", json!({})).await;
+    assert_eq!(status, 200);
+}
