@@ -15,8 +15,8 @@ use arrow_ipc::writer::{
 use arrow_schema::{ArrowError, DataType};
 use std::io::Write;
 
-use crate::UdfError;
 use crate::result_reader::{self, EOS};
+use crate::{Limits, UdfError};
 use lancet_sdk::layout::{self as input_layout, DirectBatch};
 
 /// An input batch encoded as IPC messages but not yet laid out as one stream: the stream is
@@ -151,11 +151,13 @@ impl Write for SliceWriter<'_> {
 }
 
 /// Decodes the guest's result stream: exactly one batch with exactly one column of `rows`
-/// rows, of type `expected` if given, and nothing after the end-of-stream marker.
+/// rows, of type `expected` if given, and nothing after the end-of-stream marker. Decoding
+/// may allocate no more than `limits.max_output_bytes` beyond the stream itself.
 pub(crate) fn decode_output(
     stream: Buffer,
     rows: usize,
     expected: Option<&DataType>,
+    limits: &Limits,
     udf: &str,
 ) -> Result<ArrayRef, UdfError> {
     let bad = |reason: String| UdfError::BadOutput {
@@ -164,7 +166,7 @@ pub(crate) fn decode_output(
     };
     // arrow-ipc validates what it decodes, but it is not hardened against every malformed
     // input; a panic in it must become this call's error, not take the server thread down.
-    let batch = catch_unwind(AssertUnwindSafe(|| read_one_batch(stream)))
+    let batch = catch_unwind(AssertUnwindSafe(|| read_one_batch(stream, limits)))
         .map_err(|_| bad("the Arrow IPC decoder panicked on it".into()))?
         .map_err(bad)?;
     if batch.num_columns() != 1 {
@@ -192,15 +194,22 @@ pub(crate) fn decode_output(
     }
 }
 
-fn read_one_batch(stream: Buffer) -> Result<RecordBatch, String> {
+fn read_one_batch(stream: Buffer, limits: &Limits) -> Result<RecordBatch, String> {
     if let Some(read) = result_reader::read_direct(&stream) {
         return read;
     }
-    read_with_arrow(stream)
+    read_with_arrow(stream, limits)
 }
 
 /// Any stream arrow can read (dictionaries, lists, views, ...), checked by arrow's validation.
-fn read_with_arrow(mut stream: Buffer) -> Result<RecordBatch, String> {
+/// arrow's decoder believes the sizes a stream declares (a compressed buffer claiming a
+/// petabyte is allocated before decompression, and the failed allocation aborts the
+/// process), so the stream is checked first: what decoding allocates, bodies included, must
+/// fit the output cap plus the stream's own size.
+fn read_with_arrow(mut stream: Buffer, limits: &Limits) -> Result<RecordBatch, String> {
+    let budget = (stream.len() as u64).saturating_add(limits.max_output_bytes as u64);
+    lancet_ipc::check_stream(stream.as_slice(), &lancet_ipc::Limits::new(budget))
+        .map_err(|e| format!("malformed Arrow IPC stream: {e}"))?;
     let mut decoder = StreamDecoder::new();
     while !stream.is_empty() {
         let decoded = decoder
@@ -294,29 +303,54 @@ mod tests {
             Buffer::from_vec(bytes.clone()),
             2,
             Some(&DataType::Int64),
+            &Limits::default(),
             "t",
         )
         .unwrap();
         assert_eq!(col.len(), 2);
-        let err = decode_output(Buffer::from_vec(bytes.clone()), 3, None, "t").unwrap_err();
+        let err = decode_output(
+            Buffer::from_vec(bytes.clone()),
+            3,
+            None,
+            &Limits::default(),
+            "t",
+        )
+        .unwrap_err();
         assert!(err.to_string().contains("2 rows for 3"), "{err}");
         let err = decode_output(
             Buffer::from_vec(bytes.clone()),
             2,
             Some(&DataType::Utf8),
+            &Limits::default(),
             "t",
         )
         .unwrap_err();
         assert!(err.to_string().contains("declared"), "{err}");
         let mut trailing = bytes.clone();
         trailing.extend_from_slice(b"junk");
-        let err = decode_output(Buffer::from_vec(trailing), 2, None, "t").unwrap_err();
+        let err = decode_output(Buffer::from_vec(trailing), 2, None, &Limits::default(), "t")
+            .unwrap_err();
         assert!(err.to_string().contains("4 trailing bytes"), "{err}");
-        let err =
-            decode_output(Buffer::from_vec(b"\x01\x02garbage".to_vec()), 2, None, "t").unwrap_err();
+        let err = decode_output(
+            Buffer::from_vec(b"\x01\x02garbage".to_vec()),
+            2,
+            None,
+            &Limits::default(),
+            "t",
+        )
+        .unwrap_err();
         assert!(matches!(err, UdfError::BadOutput { .. }), "{err}");
         let truncated = bytes[..bytes.len() / 2].to_vec();
-        assert!(decode_output(Buffer::from_vec(truncated), 2, None, "t").is_err());
+        assert!(
+            decode_output(
+                Buffer::from_vec(truncated),
+                2,
+                None,
+                &Limits::default(),
+                "t"
+            )
+            .is_err()
+        );
     }
 
     /// The direct layout must produce arrow's bytes for every type it covers, including
@@ -402,6 +436,57 @@ mod tests {
         stream_of(batch.column(0).clone());
     }
 
+    /// A compressed result claiming a petabyte decompressed: arrow would allocate it before
+    /// decompressing (and abort the process); the check refuses it first.
+    #[test]
+    fn refuses_a_result_claiming_more_than_the_output_cap() {
+        use arrow_ipc::CompressionType;
+        let batch = RecordBatch::try_from_iter([(
+            "r",
+            Arc::new(Int64Array::from(vec![0; 100_000])) as ArrayRef,
+        )])
+        .unwrap();
+        let options = IpcWriteOptions::default()
+            .try_with_compression(Some(CompressionType::LZ4_FRAME))
+            .unwrap();
+        let mut bytes = Vec::new();
+        let mut w = arrow_ipc::writer::StreamWriter::try_new_with_options(
+            &mut bytes,
+            &batch.schema(),
+            options,
+        )
+        .unwrap();
+        w.write(&batch).unwrap();
+        w.finish().unwrap();
+        let ok = decode_output(
+            Buffer::from_vec(bytes.clone()),
+            100_000,
+            None,
+            &Limits::default(),
+            "t",
+        );
+        assert_eq!(ok.unwrap().len(), 100_000);
+        // The values buffer's 8-byte uncompressed length, 800,000.
+        let at = bytes
+            .windows(8)
+            .position(|w| w == 800_000i64.to_le_bytes())
+            .unwrap();
+        bytes[at..at + 8].copy_from_slice(&(1i64 << 50).to_le_bytes());
+        let err = decode_output(
+            Buffer::from_vec(bytes),
+            100_000,
+            None,
+            &Limits::default(),
+            "t",
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("1125899906842624 bytes decompressed, over the limit"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn conforms_nested_field_flags_to_the_declared_type() {
         let item = Arc::new(Field::new("item", DataType::Float32, true));
@@ -410,10 +495,26 @@ mod tests {
         let bytes = stream_of(Arc::new(list));
         let want =
             DataType::FixedSizeList(Arc::new(Field::new("element", DataType::Float32, false)), 2);
-        let col = decode_output(Buffer::from_vec(bytes.clone()), 1, Some(&want), "t").unwrap();
+        let col = decode_output(
+            Buffer::from_vec(bytes.clone()),
+            1,
+            Some(&want),
+            &Limits::default(),
+            "t",
+        )
+        .unwrap();
         assert_eq!(col.data_type(), &want);
         let wrong =
             DataType::FixedSizeList(Arc::new(Field::new("item", DataType::Float32, true)), 3);
-        assert!(decode_output(Buffer::from_vec(bytes), 1, Some(&wrong), "t").is_err());
+        assert!(
+            decode_output(
+                Buffer::from_vec(bytes),
+                1,
+                Some(&wrong),
+                &Limits::default(),
+                "t"
+            )
+            .is_err()
+        );
     }
 }

@@ -139,7 +139,7 @@ impl Runtime {
         let inner = &self.inner;
         match outcome {
             Ok(Outcome::Ok(stream)) => {
-                match decode_output(stream, chunk.num_rows(), expected, &udf.label) {
+                match decode_output(stream, chunk.num_rows(), expected, limits, &udf.label) {
                     Ok(array) => {
                         inner.pool.put(tenant, &udf.instance_key, instance);
                         Ok(array)

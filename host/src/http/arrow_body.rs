@@ -1,15 +1,32 @@
 //! Arrow IPC request bodies: stream format (optionally LZ4/ZSTD-compressed buffers, as the
-//! lancedb SDK sends them), or file format. Truncated or non-Arrow bodies are a 400.
-
-use std::io::Cursor;
+//! lancedb SDK sends them), or file format. Truncated, non-Arrow or hostile bodies are a 400.
+//!
+//! arrow-ipc believes the lengths a body declares (a record batch claiming a 1 PiB body makes
+//! it allocate 1 PiB, and the failed allocation aborts the process), so every body goes
+//! through `lancet_ipc::check` first, which holds each length against the bytes really there
+//! and what decoding would allocate against [`decode_limits`].
 
 use arrow_array::RecordBatch;
-use arrow_ipc::reader::{FileReader, StreamReader};
 use arrow_schema::SchemaRef;
 use axum::extract::{FromRequest, Request};
 use bytes::Bytes;
+use lancet_ipc::{Limits, ReadError};
 
 use crate::error::{ApiError, ApiResult};
+
+/// What decoding a body of `body_len` bytes may allocate: the body once more (the reader
+/// copies each message body), plus 64 times the body for compressed buffers to expand into
+/// (columnar data rarely compresses past 10-20x with LZ4 or ZSTD), at least 256 MiB of that
+/// (a small body of highly repetitive data, all-zero vectors say, may legitimately expand
+/// further) and at most 8 GiB (no single request may claim the machine, whatever
+/// `--max-body-mb` allows). A body that declares more is refused before anything is
+/// allocated. Lengths of arrays are bounded by the same number (see [`Limits::new`]).
+pub(crate) fn decode_limits(body_len: usize) -> Limits {
+    const MIB: u64 = 1 << 20;
+    let body = body_len as u64;
+    let expansion = body.saturating_mul(64).clamp(256 * MIB, 8 * 1024 * MIB);
+    Limits::new(body.saturating_add(expansion))
+}
 
 pub struct ArrowBody {
     pub schema: SchemaRef,
@@ -27,20 +44,18 @@ impl ArrowBody {
                 "the request body must be an Arrow IPC stream; it is empty",
             ));
         }
-        let bad = |e: arrow_schema::ArrowError| {
-            ApiError::invalid(format!(
-                "the request body is not a valid Arrow IPC stream: {e}"
-            ))
+        let format = match lancet_ipc::Format::of(bytes) {
+            lancet_ipc::Format::Stream => "stream",
+            lancet_ipc::Format::File => "file",
         };
-        if bytes.starts_with(b"ARROW1") {
-            let reader = FileReader::try_new(Cursor::new(bytes), None).map_err(bad)?;
-            let schema = reader.schema();
-            let batches = reader.collect::<Result<Vec<_>, _>>().map_err(bad)?;
-            return Ok(Self { schema, batches });
-        }
-        let reader = StreamReader::try_new(Cursor::new(bytes), None).map_err(bad)?;
-        let schema = reader.schema();
-        let batches = reader.collect::<Result<Vec<_>, _>>().map_err(bad)?;
+        // Every kind of ReadError is the body's fault: refused by the check, by arrow, or
+        // (a gap in the check) a panic in arrow caught on this body.
+        let (schema, batches) =
+            lancet_ipc::read(bytes, &decode_limits(bytes.len())).map_err(|e: ReadError| {
+                ApiError::invalid(format!(
+                    "the request body is not a valid Arrow IPC {format}: {e}"
+                ))
+            })?;
         Ok(Self { schema, batches })
     }
 }
