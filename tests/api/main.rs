@@ -9,6 +9,7 @@ mod crash;
 mod data;
 mod errors;
 mod history;
+mod hostile_bodies;
 mod indexes;
 mod jobs;
 mod namespaces;
