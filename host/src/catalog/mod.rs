@@ -17,6 +17,8 @@ use lance_namespace_impls::DirectoryNamespaceBuilder;
 
 use crate::error::{ApiError, ApiResult};
 
+pub mod batch;
+
 pub struct Catalog {
     ns: Arc<dyn LanceNamespace>,
     root: String,
@@ -25,6 +27,8 @@ pub struct Catalog {
     known_namespaces: Mutex<HashSet<Vec<String>>>,
     /// Serialises catalog changes made by batch-commit against each other and other writers.
     pub(crate) commit_lock: tokio::sync::Mutex<()>,
+    /// batch-commit's intent records (`batch.rs`).
+    intents: batch::Intents,
 }
 
 impl Catalog {
@@ -33,17 +37,21 @@ impl Catalog {
         // directory listing, so the `__manifest` table is the single source of truth.
         let ns = DirectoryNamespaceBuilder::new(root)
             .dir_listing_enabled(false)
-            .session(session)
+            .session(session.clone())
             .build()
             .await
             .map_err(ApiError::from)?;
-        Ok(Self {
+        let catalog = Self {
             ns: Arc::new(ns),
             root: root.to_string(),
             locations: Mutex::default(),
             known_namespaces: Mutex::default(),
             commit_lock: Default::default(),
-        })
+            intents: batch::Intents::open(root, &session).await?,
+        };
+        // A batch-commit a killed process left half-done is settled before anyone uses this.
+        catalog.recover_batches().await?;
+        Ok(catalog)
     }
 
     pub fn ns(&self) -> &dyn LanceNamespace {

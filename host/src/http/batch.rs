@@ -1,55 +1,33 @@
 //! `POST /v1/table/batch-commit` (spec 4.15): declare_table, deregister_table,
 //! create_table_version and delete_table_versions applied all-or-nothing.
 //!
-//! The catalog has no multi-object transaction, so atomicity is built here: the batch holds the
-//! catalog commit lock (no other catalog change of this server interleaves), every operation is
-//! validated before any is applied, operations are applied in request order except version
-//! deletions (the one irreversible kind), which run last, and if any operation fails the ones
-//! already applied are undone in reverse order. A conflict with a concurrent writer (a table
-//! declared meanwhile, a version created meanwhile) is a 409 and leaves nothing applied.
+//! This file parses the operations (ids resolved for the caller, credentials dropped) and
+//! renders the outcome; the batch itself is `Catalog::commit_batch` (`catalog/batch.rs`),
+//! which keeps it all-or-nothing even when the server is killed half-way: the validated batch
+//! is written as an intent record under the tenant's root before anything is applied, and an
+//! interrupted one is rolled back (or, once its irreversible version deletions have started,
+//! forward) before the tenant's catalog is used again. A conflict with a concurrent writer (a
+//! table declared meanwhile, a version created meanwhile) is a 409 and leaves nothing applied.
 
 use axum::response::Response;
 use lance_namespace::ErrorCode;
-use lance_namespace::models::{
-    BatchDeleteTableVersionsRequest, CreateTableVersionRequest, DeclareTableRequest,
-    DeregisterTableRequest, RegisterTableRequest,
-};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::auth::Caller;
 use super::extract::JsonBody;
-use super::{reply, to_json};
+use super::reply;
+use crate::catalog::batch::{BatchFailure, BatchOp, Stage};
 use crate::error::{ApiError, ApiResult};
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, schemars::JsonSchema)]
 #[serde(default)]
 pub struct BatchBody {
+    #[schemars(with = "Vec<super::openapi::BatchOperation>")]
     operations: Vec<Value>,
 }
 
-enum Op {
-    Declare(DeclareTableRequest),
-    Deregister(DeregisterTableRequest),
-    CreateVersion(CreateTableVersionRequest),
-    DeleteVersions(BatchDeleteTableVersionsRequest),
-}
-
-enum Undo {
-    Deregister(Vec<String>),
-    Register {
-        id: Vec<String>,
-        location: String,
-        properties: Option<std::collections::HashMap<String, String>>,
-    },
-    DeleteVersion {
-        id: Vec<String>,
-        branch: Option<String>,
-        version: i64,
-    },
-}
-
-fn parse_op(i: usize, v: &Value, caller: &Caller) -> ApiResult<Op> {
+fn parse_op(i: usize, v: &Value, caller: &Caller) -> ApiResult<BatchOp> {
     let map = v
         .as_object()
         .ok_or_else(|| ApiError::invalid(format!("operations[{i}] must be an object")))?;
@@ -67,10 +45,14 @@ fn parse_op(i: usize, v: &Value, caller: &Caller) -> ApiResult<Op> {
     }
     let bad = |e: serde_json::Error| ApiError::invalid(format!("operations[{i}].{key}: {e}"));
     let op = match key {
-        "declare_table" => Op::Declare(serde_json::from_value(body).map_err(bad)?),
-        "deregister_table" => Op::Deregister(serde_json::from_value(body).map_err(bad)?),
-        "create_table_version" => Op::CreateVersion(serde_json::from_value(body).map_err(bad)?),
-        "delete_table_versions" => Op::DeleteVersions(serde_json::from_value(body).map_err(bad)?),
+        "declare_table" => BatchOp::DeclareTable(serde_json::from_value(body).map_err(bad)?),
+        "deregister_table" => BatchOp::DeregisterTable(serde_json::from_value(body).map_err(bad)?),
+        "create_table_version" => {
+            BatchOp::CreateTableVersion(serde_json::from_value(body).map_err(bad)?)
+        }
+        "delete_table_versions" => {
+            BatchOp::DeleteTableVersions(serde_json::from_value(body).map_err(bad)?)
+        }
         other => {
             return Err(ApiError::invalid(format!(
                 "operations[{i}]: unknown operation '{other}'"
@@ -79,10 +61,10 @@ fn parse_op(i: usize, v: &Value, caller: &Caller) -> ApiResult<Op> {
     };
     let mut op = op;
     let id = match &mut op {
-        Op::Declare(r) => &mut r.id,
-        Op::Deregister(r) => &mut r.id,
-        Op::CreateVersion(r) => &mut r.id,
-        Op::DeleteVersions(r) => &mut r.id,
+        BatchOp::DeclareTable(r) => &mut r.id,
+        BatchOp::DeregisterTable(r) => &mut r.id,
+        BatchOp::CreateTableVersion(r) => &mut r.id,
+        BatchOp::DeleteTableVersions(r) => &mut r.id,
     };
     match id {
         Some(given) if !given.is_empty() => *given = caller.resolve(given)?,
@@ -95,206 +77,53 @@ fn parse_op(i: usize, v: &Value, caller: &Caller) -> ApiResult<Op> {
     Ok(op)
 }
 
-/// Validate an operation against the catalog before anything is applied.
-async fn precheck(caller: &Caller, op: &Op) -> ApiResult<()> {
-    match op {
-        Op::Declare(r) => {
-            let id = r.id.clone().unwrap_or_default();
-            match caller.catalog.locate(&id).await {
-                Ok(_) => Err(ApiError::new(
-                    ErrorCode::TableAlreadyExists,
-                    format!("table already exists: {}", id.join(".")),
-                )),
-                Err(e) if e.code == ErrorCode::TableNotFound => Ok(()),
-                Err(e) => Err(e),
-            }
-        }
-        Op::Deregister(r) => caller
-            .catalog
-            .locate(r.id.as_deref().unwrap_or_default())
-            .await
-            .map(|_| ()),
-        Op::CreateVersion(r) => {
-            if r.version < 0 || r.manifest_path.is_empty() {
-                return Err(ApiError::invalid(
-                    "create_table_version needs a version >= 0 and a manifest_path",
-                ));
-            }
-            caller
-                .catalog
-                .locate(r.id.as_deref().unwrap_or_default())
-                .await
-                .map(|_| ())
-        }
-        Op::DeleteVersions(r) => {
-            // Ranges are half-open, [start_version, end_version); a negative end means
-            // "through the latest version".
-            let bad = |rg: &lance_namespace::models::VersionRange| {
-                rg.start_version < 0 || (rg.end_version >= 0 && rg.end_version < rg.start_version)
-            };
-            if r.ranges.iter().any(bad) {
-                return Err(ApiError::invalid(
-                    "delete_table_versions ranges are [start_version, end_version) with 0 <= start_version <= end_version, or end_version < 0 for through-latest",
-                ));
-            }
-            caller
-                .catalog
-                .locate(r.id.as_deref().unwrap_or_default())
-                .await
-                .map(|_| ())
-        }
-    }
-}
-
-async fn apply(caller: &Caller, op: &Op, undo: &mut Vec<Undo>) -> ApiResult<Value> {
-    let ns = caller.catalog.ns();
-    match op {
-        Op::Declare(r) => {
-            let response = ns.declare_table(r.clone()).await.map_err(ApiError::from)?;
-            let id = r.id.clone().unwrap_or_default();
-            caller.catalog.invalidate(&id);
-            undo.push(Undo::Deregister(id));
-            Ok(json!({ "declare_table": to_json(response)? }))
-        }
-        Op::Deregister(r) => {
-            let id = r.id.clone().unwrap_or_default();
-            let response = ns
-                .deregister_table(r.clone())
-                .await
-                .map_err(ApiError::from)?;
-            caller.catalog.invalidate(&id);
-            if let Some(location) = response.location.clone() {
-                undo.push(Undo::Register {
-                    id,
-                    location,
-                    properties: response.properties.clone(),
-                });
-            }
-            Ok(json!({ "deregister_table": to_json(response)? }))
-        }
-        Op::CreateVersion(r) => {
-            let response = ns
-                .create_table_version(r.clone())
-                .await
-                .map_err(ApiError::from)?;
-            undo.push(Undo::DeleteVersion {
-                id: r.id.clone().unwrap_or_default(),
-                branch: r.branch.clone(),
-                version: r.version,
-            });
-            Ok(json!({ "create_table_version": to_json(response)? }))
-        }
-        Op::DeleteVersions(r) => {
-            let response = ns
-                .batch_delete_table_versions(r.clone())
-                .await
-                .map_err(ApiError::from)?;
-            Ok(json!({ "delete_table_versions": to_json(response)? }))
-        }
-    }
-}
-
-async fn roll_back(caller: &Caller, undo: Vec<Undo>) {
-    let ns = caller.catalog.ns();
-    for step in undo.into_iter().rev() {
-        let result = match step {
-            Undo::Deregister(id) => {
-                caller.catalog.invalidate(&id);
-                ns.deregister_table(DeregisterTableRequest {
-                    id: Some(id),
-                    ..Default::default()
-                })
-                .await
-                .map(|_| ())
-            }
-            Undo::Register {
-                id,
-                location,
-                properties,
-            } => {
-                caller.catalog.invalidate(&id);
-                let location = caller.catalog.relative_location(&location);
-                ns.register_table(RegisterTableRequest {
-                    id: Some(id),
-                    location,
-                    properties,
-                    ..Default::default()
-                })
-                .await
-                .map(|_| ())
-            }
-            Undo::DeleteVersion {
-                id,
-                branch,
-                version,
-            } => {
-                let range = lance_namespace::models::VersionRange {
-                    start_version: version,
-                    end_version: version + 1,
-                };
-                let request = BatchDeleteTableVersionsRequest {
-                    id: Some(id),
-                    branch,
-                    ranges: vec![range],
-                    ..Default::default()
-                };
-                ns.batch_delete_table_versions(request).await.map(|_| ())
-            }
-        };
-        if let Err(e) = result {
-            tracing::error!(error = %e, "batch-commit roll-back step failed");
-        }
-    }
-}
-
 pub async fn commit(caller: Caller, JsonBody(body): JsonBody<BatchBody>) -> ApiResult<Response> {
     if body.operations.is_empty() {
         return Err(ApiError::invalid("operations must not be empty"));
     }
-    let ops: Vec<Op> = body
+    let ops: Vec<BatchOp> = body
         .operations
         .iter()
         .enumerate()
         .map(|(i, v)| parse_op(i, v, &caller))
         .collect::<ApiResult<_>>()?;
-    let _guard = caller.catalog.commit_lock.lock().await;
-    for op in &ops {
-        precheck(&caller, op).await?;
+    match caller.catalog.commit_batch(ops).await {
+        Ok(results) => Ok(reply(json!({ "results": results }))),
+        Err(failure) => Err(render(failure)),
     }
-    let order: Vec<usize> = (0..ops.len())
-        .filter(|&i| !matches!(ops[i], Op::DeleteVersions(_)))
-        .chain((0..ops.len()).filter(|&i| matches!(ops[i], Op::DeleteVersions(_))))
-        .collect();
-    let mut results = vec![Value::Null; ops.len()];
-    let mut undo = Vec::new();
-    for i in order {
-        match apply(&caller, &ops[i], &mut undo).await {
-            Ok(r) => results[i] = r,
-            Err(e) => {
-                roll_back(&caller, undo).await;
-                caller.catalog.invalidate_all();
-                let e = match e.code {
-                    ErrorCode::TableAlreadyExists
-                    | ErrorCode::ConcurrentModification
-                    | ErrorCode::TableVersionNotFound
-                        if e.status.is_client_error() =>
-                    {
-                        ApiError::conflict(format!(
-                            "batch-commit operation {i} conflicted; nothing was applied: {}",
-                            e.message
-                        ))
-                    }
-                    _ => ApiError {
-                        message: format!(
-                            "batch-commit operation {i} failed; nothing was applied: {}",
-                            e.message
-                        ),
-                        ..e
-                    },
-                };
-                return Err(e);
+}
+
+fn render(BatchFailure { error, op, stage }: BatchFailure) -> ApiError {
+    let which = match op {
+        Some(i) => format!("batch-commit operation {i}"),
+        None => "batch-commit".to_string(),
+    };
+    match stage {
+        // Refused by the checks: the error as it is (e.g. 404 for a missing table).
+        Stage::Check => error,
+        Stage::Apply => match error.code {
+            ErrorCode::TableAlreadyExists
+            | ErrorCode::ConcurrentModification
+            | ErrorCode::TableVersionNotFound
+                if error.status.is_client_error() =>
+            {
+                ApiError::conflict(format!(
+                    "{which} conflicted; nothing was applied: {}",
+                    error.message
+                ))
             }
+            _ => ApiError {
+                message: format!("{which} failed; nothing was applied: {}", error.message),
+                ..error
+            },
+        },
+        Stage::Delete => ApiError {
+            message: format!(
+                "{which} failed after the batch was committed (its other operations are applied; the remaining version deletions are retried before the next batch-commit and at start-up): {}",
+                error.message
+            ),
+            ..error
         }
+        .with_status(axum::http::StatusCode::INTERNAL_SERVER_ERROR),
     }
-    Ok(reply(json!({ "results": results })))
 }

@@ -1,0 +1,638 @@
+//! All-or-nothing batches of catalog operations (`declare_table`, `deregister_table`,
+//! `create_table_version`, `delete_table_versions`), also under SIGKILL.
+//!
+//! The catalog (`DirectoryNamespace`) has no multi-object transaction, so atomicity is built
+//! here from an *intent record*: the validated batch, written to
+//! `<tenant root>/_batch_intents/<millis>-<uuid>.json` before anything is applied and removed
+//! when the batch is done. Steps:
+//!
+//! 1. Under the catalog's commit lock (no other catalog change of this server interleaves),
+//!    every operation is checked and what would undo it is learnt: a deregistered table's
+//!    location; for a new version, the SHA-256 of the staged manifest (so an undo deletes only
+//!    the bytes this batch published, never a version a concurrent writer committed); whether
+//!    the version existed already (then there is nothing to undo).
+//! 2. The intent (operations + undo information) is written. Object-store puts are atomic
+//!    (a local root writes a temporary file and renames it), so a crash leaves either no intent
+//!    or a whole one.
+//! 3. The reversible operations are applied in request order. If one fails, the ones before
+//!    it are undone in reverse order and the intent removed (409 for a conflict, else the error).
+//! 4. Version deletions (irreversible) run last. Before the first, a `<name>.deleting` marker
+//!    is written: from then on the batch is committed.
+//! 5. The intent (then the marker) is removed.
+//!
+//! **Recovery** (when a tenant's catalog is first opened, and before every batch-commit) looks
+//! at leftover intents, oldest first. Without a marker the batch is **rolled back**: every
+//! step's undo runs, each idempotent and checked against the catalog ("deregister the declared
+//! id if it is there", "register the deregistered id again unless it is there", "delete the
+//! new version if it holds exactly the staged bytes"), so steps that never ran, ran half-way
+//! or were already undone are all handled, and a crash during recovery just means recovery runs
+//! again. With a marker it is **rolled forward**: the deletions run again (deleting a version
+//! file that is already gone is not an error; a table or branch that has gone meanwhile has
+//! nothing left to delete).
+//!
+//! Why roll back rather than forward: the client never got an answer, so either outcome is
+//! allowed, but only the undos are certain to succeed. A redo can fail for reasons the batch
+//! would also have failed for (a concurrent writer took the version number, the staged manifest
+//! is gone once copied), and then recovery would have to undo anyway. Deletions cannot be
+//! undone, which is why they run last and are rolled forward once started.
+//!
+//! Limits: undoing a declare deregisters whatever the catalog holds under that id. Inside this
+//! server nothing else can declare it meanwhile (commit lock; recovery runs before the catalog
+//! is used), but another process writing the same catalog directly could. Object-store puts are
+//! not fsynced (like lance's own manifests): the record survives a killed process, and a power
+//! loss as well as lance's commits do.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use lance::io::ObjectStore;
+use lance::session::Session;
+use lance_namespace::ErrorCode;
+use lance_namespace::models::{
+    BatchDeleteTableVersionsRequest, CreateTableVersionRequest, DeclareTableRequest,
+    DeregisterTableRequest, DescribeTableVersionRequest, ListTableVersionsRequest,
+    RegisterTableRequest, TableExistsRequest, VersionRange,
+};
+use object_store::path::Path;
+use object_store::{ObjectStore as _, ObjectStoreExt as _};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use super::{Catalog, not_found_as_table};
+use crate::error::{ApiError, ApiResult};
+
+/// Where intents live, under a tenant's root.
+const DIR: &str = "_batch_intents";
+const MARKER: &str = ".deleting";
+
+/// One operation of a batch; serialised into the intent record as given (ids already
+/// resolved, no credentials: `identity` and `context` are cleared).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BatchOp {
+    DeclareTable(DeclareTableRequest),
+    DeregisterTable(DeregisterTableRequest),
+    CreateTableVersion(CreateTableVersionRequest),
+    DeleteTableVersions(BatchDeleteTableVersionsRequest),
+}
+
+impl BatchOp {
+    pub fn id(&self) -> &[String] {
+        let id = match self {
+            BatchOp::DeclareTable(r) => &r.id,
+            BatchOp::DeregisterTable(r) => &r.id,
+            BatchOp::CreateTableVersion(r) => &r.id,
+            BatchOp::DeleteTableVersions(r) => &r.id,
+        };
+        id.as_deref().unwrap_or_default()
+    }
+
+    fn is_deletion(&self) -> bool {
+        matches!(self, BatchOp::DeleteTableVersions(_))
+    }
+
+    fn without_credentials(mut self) -> Self {
+        match &mut self {
+            BatchOp::DeclareTable(r) => (r.identity, r.context) = (None, None),
+            BatchOp::DeregisterTable(r) => (r.identity, r.context) = (None, None),
+            BatchOp::CreateTableVersion(r) => (r.identity, r.context) = (None, None),
+            BatchOp::DeleteTableVersions(r) => (r.identity, r.context) = (None, None),
+        }
+        self
+    }
+}
+
+/// What undoes a step, learnt before anything is applied.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Undo {
+    /// A declare: deregister the id if the catalog has it.
+    Deregister,
+    /// A deregister: register the id at `location` again unless the catalog has it.
+    Register { location: String },
+    /// A new version: delete it if its manifest holds exactly these bytes (SHA-256, hex).
+    DeleteVersion { sha256: String },
+    /// Nothing to undo (a version that existed already; deletions, which run last).
+    Nothing,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Step {
+    op: BatchOp,
+    undo: Undo,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Intent {
+    steps: Vec<Step>,
+}
+
+/// The intent records of one catalog root.
+pub(crate) struct Intents {
+    store: Arc<ObjectStore>,
+    dir: Path,
+}
+
+fn io_error(what: &str, e: impl std::fmt::Display) -> ApiError {
+    ApiError::internal(format!("batch-commit intent: {what}: {e}"))
+}
+
+impl Intents {
+    pub(crate) async fn open(root: &str, session: &Session) -> ApiResult<Self> {
+        let (store, base) =
+            ObjectStore::from_uri_and_params(session.store_registry(), root, &Default::default())
+                .await
+                .map_err(ApiError::from)?;
+        Ok(Self {
+            store,
+            dir: base.join(DIR),
+        })
+    }
+
+    async fn put(&self, name: &str, bytes: Vec<u8>) -> ApiResult<()> {
+        self.store
+            .inner
+            .put(&self.dir.clone().join(name), bytes.into())
+            .await
+            .map(|_| ())
+            .map_err(|e| io_error(&format!("cannot write {name}"), e))
+    }
+
+    async fn get(&self, name: &str) -> ApiResult<Option<Bytes>> {
+        self.read(&self.dir.clone().join(name)).await
+    }
+
+    async fn read(&self, path: &Path) -> ApiResult<Option<Bytes>> {
+        match self.store.inner.get(path).await {
+            Ok(r) => r
+                .bytes()
+                .await
+                .map(Some)
+                .map_err(|e| io_error(&format!("cannot read {path}"), e)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(io_error(&format!("cannot read {path}"), e)),
+        }
+    }
+
+    async fn delete(&self, name: &str) -> ApiResult<()> {
+        match self.store.inner.delete(&self.dir.clone().join(name)).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(io_error(&format!("cannot delete {name}"), e)),
+        }
+    }
+
+    /// Names of the records left in the directory, sorted (oldest first).
+    async fn list(&self) -> ApiResult<Vec<String>> {
+        let listed = self.store.inner.list_with_delimiter(Some(&self.dir)).await;
+        let listed = match listed {
+            Ok(l) => l,
+            Err(object_store::Error::NotFound { .. }) => return Ok(Vec::new()),
+            Err(e) => return Err(io_error("cannot list", e)),
+        };
+        let mut names: Vec<String> = listed
+            .objects
+            .iter()
+            .filter_map(|o| o.location.filename().map(str::to_string))
+            // A local put's temporary file (`<name>#<n>`) left by a crash is not a record.
+            .filter(|n| !n.contains('#'))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// An object of the catalog's store named by an object-store path (staged manifests).
+    async fn read_object(&self, path: &str) -> ApiResult<Option<Bytes>> {
+        let path = Path::parse(path)
+            .map_err(|e| ApiError::invalid(format!("invalid manifest path '{path}': {e}")))?;
+        self.read(&path).await
+    }
+}
+
+/// Test hook: with `LANCET_FAULT_INJECTION=1` and `LANCET_BATCH_CRASH_AT=<point>` in the
+/// environment the process aborts at that point of a batch-commit, as if killed there, so tests
+/// reach every point of the protocol: `intent` (written, nothing applied), `step-<i>` (request
+/// operation `i` applied), `marker` (deletions about to start), `removed` (intent removed,
+/// marker not yet).
+fn crash_point(point: &str) {
+    static AT: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let at = AT.get_or_init(|| {
+        let on = std::env::var("LANCET_FAULT_INJECTION").is_ok_and(|v| v == "1");
+        on.then(|| std::env::var("LANCET_BATCH_CRASH_AT").ok())
+            .flatten()
+    });
+    if at.as_deref() == Some(point) {
+        eprintln!("LANCET_BATCH_CRASH_AT={point}: aborting");
+        std::process::abort();
+    }
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// Why a batch failed: the error, the operation (request index) it came from, and when.
+#[derive(Debug)]
+pub struct BatchFailure {
+    pub error: ApiError,
+    pub op: Option<usize>,
+    pub stage: Stage,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Refused by the checks; nothing was touched.
+    Check,
+    /// Failed while applying; what was applied has been undone.
+    Apply,
+    /// The batch is committed but a version deletion failed; it is retried by recovery.
+    Delete,
+}
+
+impl From<ApiError> for BatchFailure {
+    fn from(error: ApiError) -> Self {
+        Self {
+            error,
+            op: None,
+            stage: Stage::Check,
+        }
+    }
+}
+
+impl Catalog {
+    /// Applies `ops` all-or-nothing; answers one JSON result per operation, in request order.
+    pub async fn commit_batch(&self, ops: Vec<BatchOp>) -> Result<Vec<Value>, BatchFailure> {
+        let _guard = self.commit_lock.lock().await;
+        // A batch an earlier failure could not finish or undo is settled first.
+        self.recover_batches().await?;
+        let ops: Vec<BatchOp> = ops.into_iter().map(BatchOp::without_credentials).collect();
+        let steps = self.prepare(ops).await?;
+        let intent = Intent { steps };
+        let name = format!(
+            "{:013}-{}.json",
+            chrono::Utc::now().timestamp_millis(),
+            uuid::Uuid::new_v4().simple()
+        );
+        let bytes = serde_json::to_vec(&intent).map_err(|e| io_error("encode", e))?;
+        self.intents.put(&name, bytes).await?;
+        crash_point("intent");
+        let result = self.apply_intent(&name, &intent).await;
+        self.invalidate_all();
+        result
+    }
+
+    async fn apply_intent(&self, name: &str, intent: &Intent) -> Result<Vec<Value>, BatchFailure> {
+        let steps = &intent.steps;
+        let mut results = vec![Value::Null; steps.len()];
+        let reversible: Vec<usize> = (0..steps.len())
+            .filter(|&i| !steps[i].op.is_deletion())
+            .collect();
+        for (n, &i) in reversible.iter().enumerate() {
+            match self.apply(&steps[i].op).await {
+                Ok(r) => {
+                    results[i] = r;
+                    crash_point(&format!("step-{i}"));
+                }
+                Err(error) => {
+                    // Undo what was applied, newest first; the failed step itself only when its
+                    // undo checks that what it removes is ours (a version's bytes): a failed
+                    // declare or deregister changed nothing of ours.
+                    let mut undo: Vec<usize> = reversible[..n].to_vec();
+                    if matches!(steps[i].undo, Undo::DeleteVersion { .. }) {
+                        undo.push(i);
+                    }
+                    self.roll_back(name, undo.iter().rev().map(|&j| &steps[j]))
+                        .await;
+                    return Err(BatchFailure {
+                        error,
+                        op: Some(i),
+                        stage: Stage::Apply,
+                    });
+                }
+            }
+        }
+        if steps.iter().any(|s| s.op.is_deletion()) {
+            let marker = format!("{name}{MARKER}");
+            if let Err(error) = self.intents.put(&marker, Vec::new()).await {
+                // Not committed: nothing may stay applied.
+                self.roll_back(name, reversible.iter().rev().map(|&j| &steps[j]))
+                    .await;
+                return Err(BatchFailure {
+                    error,
+                    op: None,
+                    stage: Stage::Apply,
+                });
+            }
+            // Committed: from here on the batch is rolled forward.
+            crash_point("marker");
+            for (i, step) in steps.iter().enumerate() {
+                if step.op.is_deletion() {
+                    match self.apply(&step.op).await {
+                        Ok(r) => {
+                            results[i] = r;
+                            crash_point(&format!("step-{i}"));
+                        }
+                        Err(error) => {
+                            tracing::error!(error = %error, intent = name, "batch-commit version deletion failed; left for recovery");
+                            return Err(BatchFailure {
+                                error,
+                                op: Some(i),
+                                stage: Stage::Delete,
+                            });
+                        }
+                    }
+                }
+            }
+            self.intents.delete(name).await?;
+            crash_point("removed");
+            self.intents.delete(&marker).await?;
+        } else {
+            self.intents.delete(name).await?;
+        }
+        Ok(results)
+    }
+
+    /// Undoes `steps` and removes the intent; if an undo fails the intent stays, and the next
+    /// batch-commit (or start-up) undoes it.
+    async fn roll_back<'a>(&self, name: &str, steps: impl Iterator<Item = &'a Step>) {
+        let undone = match self.undo_steps(steps).await {
+            Ok(()) => self.intents.delete(name).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = undone {
+            tracing::error!(error = %e, intent = name, "batch-commit roll-back failed; left for recovery");
+        }
+    }
+
+    /// Checks every operation against the catalog before anything is applied, and learns what
+    /// would undo it.
+    async fn prepare(&self, ops: Vec<BatchOp>) -> Result<Vec<Step>, BatchFailure> {
+        let mut steps: Vec<Step> = Vec::with_capacity(ops.len());
+        for (i, op) in ops.into_iter().enumerate() {
+            let undo = self
+                .precheck(&op, &steps)
+                .await
+                .map_err(|error| BatchFailure {
+                    error,
+                    op: Some(i),
+                    stage: Stage::Check,
+                })?;
+            steps.push(Step { op, undo });
+        }
+        Ok(steps)
+    }
+
+    async fn precheck(&self, op: &BatchOp, before: &[Step]) -> ApiResult<Undo> {
+        let id = op.id();
+        match op {
+            BatchOp::DeclareTable(_) => match self.locate(id).await {
+                Ok(_) => Err(ApiError::new(
+                    ErrorCode::TableAlreadyExists,
+                    format!("table already exists: {}", id.join(".")),
+                )),
+                Err(e) if e.code == ErrorCode::TableNotFound => Ok(Undo::Deregister),
+                Err(e) => Err(e),
+            },
+            BatchOp::DeregisterTable(_) => {
+                // The location as the catalog has it now (not a cached one).
+                self.invalidate(id);
+                let location = self.locate(id).await?;
+                Ok(Undo::Register { location })
+            }
+            BatchOp::CreateTableVersion(r) => {
+                if r.version < 0 || r.manifest_path.is_empty() {
+                    return Err(ApiError::invalid(
+                        "create_table_version needs a version >= 0 and a manifest_path",
+                    ));
+                }
+                self.locate(id).await?;
+                let staged = self
+                    .intents
+                    .read_object(&r.manifest_path)
+                    .await?
+                    .ok_or_else(|| {
+                        ApiError::invalid(format!(
+                            "staged manifest not found at '{}'",
+                            r.manifest_path
+                        ))
+                    })?;
+                match self.version_manifest(id, &r.branch, r.version).await? {
+                    Some(_) => Ok(Undo::Nothing),
+                    None => Ok(Undo::DeleteVersion {
+                        sha256: sha256(&staged),
+                    }),
+                }
+            }
+            BatchOp::DeleteTableVersions(r) => {
+                // Ranges are half-open, [start_version, end_version); a negative end means
+                // "through the latest version".
+                let bad = |rg: &VersionRange| {
+                    rg.start_version < 0
+                        || (rg.end_version >= 0 && rg.end_version < rg.start_version)
+                };
+                if r.ranges.iter().any(bad) {
+                    return Err(ApiError::invalid(
+                        "delete_table_versions ranges are [start_version, end_version) with 0 <= start_version <= end_version, or end_version < 0 for through-latest",
+                    ));
+                }
+                // Deletions run after every other operation: one naming a table this batch
+                // deregisters would fail once the batch is committed.
+                if before
+                    .iter()
+                    .any(|s| matches!(s.op, BatchOp::DeregisterTable(_)) && s.op.id() == id)
+                {
+                    return Err(ApiError::invalid(format!(
+                        "delete_table_versions of {}: the same batch deregisters that table",
+                        id.join(".")
+                    )));
+                }
+                self.locate(id).await?;
+                // The branch must resolve too (deletions must not fail once committed).
+                self.ns
+                    .list_table_versions(ListTableVersionsRequest {
+                        id: Some(id.to_vec()),
+                        branch: r.branch.clone(),
+                        limit: Some(1),
+                        ..Default::default()
+                    })
+                    .await
+                    .map_err(|e| not_found_as_table(e, id))?;
+                Ok(Undo::Nothing)
+            }
+        }
+    }
+
+    /// The manifest bytes of `version` of a table (on `branch`), None when it does not exist.
+    async fn version_manifest(
+        &self,
+        id: &[String],
+        branch: &Option<String>,
+        version: i64,
+    ) -> ApiResult<Option<Bytes>> {
+        let request = DescribeTableVersionRequest {
+            id: Some(id.to_vec()),
+            version: Some(version),
+            branch: branch.clone(),
+            ..Default::default()
+        };
+        match self.ns.describe_table_version(request).await {
+            Ok(v) => self.intents.read_object(&v.version.manifest_path).await,
+            Err(e) => {
+                let e = ApiError::from(e);
+                if e.code == ErrorCode::TableVersionNotFound {
+                    Ok(None)
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+
+    async fn apply(&self, op: &BatchOp) -> ApiResult<Value> {
+        let id = op.id().to_vec();
+        let out = match op {
+            BatchOp::DeclareTable(r) => {
+                let response = self.ns.declare_table(r.clone()).await;
+                self.invalidate(&id);
+                json!({ "declare_table": to_value(response?)? })
+            }
+            BatchOp::DeregisterTable(r) => {
+                let response = self.ns.deregister_table(r.clone()).await;
+                self.invalidate(&id);
+                json!({ "deregister_table": to_value(response?)? })
+            }
+            BatchOp::CreateTableVersion(r) => {
+                let response = self.ns.create_table_version(r.clone()).await?;
+                json!({ "create_table_version": to_value(response)? })
+            }
+            BatchOp::DeleteTableVersions(r) => {
+                let response = self.ns.batch_delete_table_versions(r.clone()).await?;
+                json!({ "delete_table_versions": to_value(response)? })
+            }
+        };
+        Ok(out)
+    }
+
+    async fn table_exists(&self, id: &[String]) -> ApiResult<bool> {
+        let request = TableExistsRequest {
+            id: Some(id.to_vec()),
+            ..Default::default()
+        };
+        match self.ns.table_exists(request).await {
+            Ok(()) => Ok(true),
+            Err(e) => {
+                let e = not_found_as_table(e, id);
+                if e.code == ErrorCode::TableNotFound {
+                    Ok(false)
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+
+    /// Undoes steps in the order given; each undo is idempotent and checked against the
+    /// catalog, so a step that never ran, ran half-way or was undone already is fine.
+    async fn undo_steps<'a>(&self, steps: impl Iterator<Item = &'a Step>) -> ApiResult<()> {
+        for step in steps {
+            let id = step.op.id();
+            self.invalidate(id);
+            match (&step.op, &step.undo) {
+                (BatchOp::DeclareTable(_), Undo::Deregister) => {
+                    if self.table_exists(id).await? {
+                        self.ns
+                            .deregister_table(DeregisterTableRequest {
+                                id: Some(id.to_vec()),
+                                ..Default::default()
+                            })
+                            .await?;
+                    }
+                }
+                (BatchOp::DeregisterTable(_), Undo::Register { location }) => {
+                    if !self.table_exists(id).await? {
+                        self.ns
+                            .register_table(RegisterTableRequest {
+                                id: Some(id.to_vec()),
+                                location: self.relative_location(location),
+                                ..Default::default()
+                            })
+                            .await?;
+                    }
+                }
+                (BatchOp::CreateTableVersion(r), Undo::DeleteVersion { sha256: ours }) => {
+                    if !self.table_exists(id).await? {
+                        continue;
+                    }
+                    let found = self.version_manifest(id, &r.branch, r.version).await?;
+                    if found.is_some_and(|bytes| &sha256(&bytes) == ours) {
+                        let request = BatchDeleteTableVersionsRequest {
+                            id: Some(id.to_vec()),
+                            branch: r.branch.clone(),
+                            ranges: vec![VersionRange {
+                                start_version: r.version,
+                                end_version: r.version + 1,
+                            }],
+                            ..Default::default()
+                        };
+                        self.ns.batch_delete_table_versions(request).await?;
+                    }
+                }
+                _ => {}
+            }
+            self.invalidate(id);
+        }
+        Ok(())
+    }
+
+    /// Settles every intent a previous process (or a failed roll-back) left: rolled back
+    /// unless its deletions had started, then rolled forward. The caller holds the commit lock
+    /// or is opening the catalog (nobody else uses it yet).
+    pub(crate) async fn recover_batches(&self) -> ApiResult<()> {
+        let names = self.intents.list().await?;
+        for name in names.iter().filter(|n| n.ends_with(".json")) {
+            let marker = format!("{name}{MARKER}");
+            let Some(bytes) = self.intents.get(name).await? else {
+                continue;
+            };
+            let intent: Intent = match serde_json::from_slice(&bytes) {
+                Ok(i) => i,
+                Err(e) => {
+                    tracing::error!(error = %e, intent = %name, "unreadable batch-commit intent left as it is");
+                    continue;
+                }
+            };
+            if names.contains(&marker) {
+                for step in intent.steps.iter().filter(|s| s.op.is_deletion()) {
+                    if let Err(e) = self.apply(&step.op).await {
+                        let gone = matches!(
+                            e.code,
+                            ErrorCode::TableNotFound | ErrorCode::TableBranchNotFound
+                        );
+                        if !gone {
+                            return Err(e);
+                        }
+                    }
+                }
+                tracing::warn!(intent = %name, "rolled an interrupted batch-commit forward (its version deletions)");
+            } else {
+                self.undo_steps(intent.steps.iter().rev()).await?;
+                tracing::warn!(intent = %name, "rolled an interrupted batch-commit back");
+            }
+            self.intents.delete(name).await?;
+            self.intents.delete(&marker).await?;
+        }
+        // Markers whose intent is gone (a crash between the two removals).
+        for name in names.iter().filter(|n| n.ends_with(MARKER)) {
+            let intent = name.trim_end_matches(MARKER);
+            if !names.iter().any(|n| n == intent) {
+                self.intents.delete(name).await?;
+            }
+        }
+        self.invalidate_all();
+        Ok(())
+    }
+}
+
+fn to_value<T: Serialize>(v: T) -> ApiResult<Value> {
+    serde_json::to_value(v).map_err(|e| ApiError::internal(e.to_string()))
+}
