@@ -100,6 +100,12 @@ impl Format {
     }
 }
 
+/// The arrow schema of a flatbuffer schema, checked first for everything arrow-ipc's
+/// `fb_to_schema` would panic on (for callers reading messages themselves).
+pub fn schema_of(fb: arrow_ipc::Schema<'_>) -> Result<Schema> {
+    schema::check(fb)
+}
+
 /// Checks `bytes` in the format [`Format::of`] picks.
 pub fn check(bytes: &[u8], limits: &Limits) -> Result<Format> {
     let format = Format::of(bytes);

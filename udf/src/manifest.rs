@@ -214,3 +214,123 @@ mod tests {
         assert!(Manifest::parse(&with_defaults.replace("}", r#","on_error":"null"}"#)).is_ok());
     }
 }
+
+/// Property tests: any text, and JSON objects with plausible and hostile values in every
+/// field, parse to a valid manifest or are refused as a definition error (the HTTP layer's
+/// 400), never a panic; what parses can be labelled, written back and re-read unchanged.
+/// Cases: proptest's default (256) or `PROPTEST_CASES`.
+#[cfg(test)]
+mod props {
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::Limits;
+
+    fn number() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            any::<u64>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(|f| json!(f)),
+            Just(json!(0)),
+            Just(json!(u64::MAX)),
+            Just(json!("12")),
+            Just(Value::Null),
+        ]
+    }
+
+    fn text() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            any::<String>().prop_map(Value::from),
+            "[a-z_]{0,8}".prop_map(Value::from),
+            Just(json!("lancet_init")),
+            Just(json!(ABI_NAME)),
+            Just(json!("f".repeat(64))),
+            Just(json!("F".repeat(64))),
+            Just(json!(1)),
+        ]
+    }
+
+    fn manifest() -> impl Strategy<Value = String> {
+        let limits = prop_oneof![
+            Just(Value::Null),
+            (number(), number(), number(), number()).prop_map(|(a, b, c, d)| json!({
+                "timeout_ms": a, "max_memory_bytes": b, "max_output_bytes": c, "max_rows_per_call": d
+            })),
+            text(),
+        ];
+        let config = prop_oneof![
+            prop::collection::btree_map(any::<String>(), any::<String>(), 0..3)
+                .prop_map(|m| json!(m)),
+            Just(json!({"k": 1})),
+            Just(json!([])),
+        ];
+        (
+            prop_oneof![Just(json!(ABI_NAME)), text()],
+            prop_oneof![Just(json!("ab".repeat(32))), text()],
+            prop_oneof![Just(json!(1024)), number()],
+            prop_oneof![Just(json!("slugify")), text()],
+            config,
+            limits,
+            prop_oneof![Just(json!("fail")), Just(json!("null")), text()],
+            any::<bool>(),
+        )
+            .prop_map(|(abi, sha, size, entry, config, limits, on_error, extra)| {
+                let mut m = json!({
+                    "abi": abi, "module_sha256": sha, "module_size": size, "entry": entry,
+                    "config": config, "on_error": on_error,
+                });
+                if !limits.is_null() {
+                    m["limits"] = limits;
+                }
+                if extra {
+                    m["unexpected"] = json!(true);
+                }
+                m.to_string()
+            })
+    }
+
+    fn check(text: &str) -> Result<(), TestCaseError> {
+        match Manifest::parse(text) {
+            Ok(m) => {
+                let _ = m.label();
+                let again = Manifest::parse(&m.to_json());
+                prop_assert!(again.as_ref().is_ok_and(|a| *a == m), "{:?}", again);
+                let _ = Limits::default().tightened_by(m.limits.as_ref());
+            }
+            Err(e) => prop_assert!(e.is_definition_error(), "{e}"),
+        }
+        let checksum = sha256_hex(text.as_bytes());
+        if let Err(e) = Manifest::parse_verified(text, &checksum) {
+            prop_assert!(e.is_definition_error(), "{e}");
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn any_text(text in any::<String>()) {
+            check(&text)?;
+        }
+
+        #[test]
+        fn json_objects(text in manifest()) {
+            check(&text)?;
+        }
+
+        #[test]
+        fn truncated_json(text in manifest(), cut in any::<prop::sample::Index>()) {
+            let at = cut.index(text.len() + 1);
+            if text.is_char_boundary(at) {
+                check(&text[..at])?;
+            }
+        }
+
+        #[test]
+        fn any_checksum(text in manifest(), checksum in any::<String>()) {
+            if let Err(e) = Manifest::parse_verified(&text, &checksum) {
+                prop_assert!(e.is_definition_error(), "{e}");
+            }
+        }
+    }
+}
