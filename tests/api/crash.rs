@@ -1137,3 +1137,27 @@ async fn batch_commit_killed_at_every_point_is_all_or_nothing() {
         }
     }
 }
+
+/// A rename is a deregister plus a register: killed between the two (or before its intent is
+/// removed) it is rolled back on restart, so the table is never lost.
+#[tokio::test]
+async fn rename_killed_half_way_keeps_the_table() {
+    for point in ["step-0", "step-1"] {
+        let env = [
+            ("LANCET_FAULT_INJECTION", "1"),
+            ("LANCET_BATCH_CRASH_AT", point),
+        ];
+        let mut s = Server::start_with(tempfile::tempdir().unwrap(), &env).await;
+        s.create_table("r", 3).await;
+        let rename = json!({"new_table_name": "r2"});
+        let answer = try_send(post_json(&s, "/v1/table/r/rename", rename.clone())).await;
+        assert!(answer.is_none(), "{point}: the server answered {answer:?}");
+        assert!(!s.wait().success(), "{point}: the server did not abort");
+        let s = s.restart().await;
+        assert!(!exists(&s, "r2").await, "{point}");
+        assert_eq!(opens(&s, "r").await, 3, "{point}: the table was lost");
+        s.ok("/v1/table/r/rename", rename).await;
+        assert!(!exists(&s, "r").await);
+        assert_eq!(opens(&s, "r2").await, 3);
+    }
+}

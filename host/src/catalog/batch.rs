@@ -75,6 +75,8 @@ pub enum BatchOp {
     DeregisterTable(DeregisterTableRequest),
     CreateTableVersion(CreateTableVersionRequest),
     DeleteTableVersions(BatchDeleteTableVersionsRequest),
+    /// Not sent by clients (batch-commit has no such operation): the second half of a rename.
+    RegisterTable(RegisterTableRequest),
 }
 
 impl BatchOp {
@@ -84,6 +86,7 @@ impl BatchOp {
             BatchOp::DeregisterTable(r) => &r.id,
             BatchOp::CreateTableVersion(r) => &r.id,
             BatchOp::DeleteTableVersions(r) => &r.id,
+            BatchOp::RegisterTable(r) => &r.id,
         };
         id.as_deref().unwrap_or_default()
     }
@@ -98,6 +101,7 @@ impl BatchOp {
             BatchOp::DeregisterTable(r) => (r.identity, r.context) = (None, None),
             BatchOp::CreateTableVersion(r) => (r.identity, r.context) = (None, None),
             BatchOp::DeleteTableVersions(r) => (r.identity, r.context) = (None, None),
+            BatchOp::RegisterTable(r) => (r.identity, r.context) = (None, None),
         }
         self
     }
@@ -107,7 +111,7 @@ impl BatchOp {
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 enum Undo {
-    /// A declare: deregister the id if the catalog has it.
+    /// A declare or register: deregister the id if the catalog has it.
     Deregister,
     /// A deregister: register the id at `location` again unless the catalog has it.
     Register { location: String },
@@ -263,6 +267,14 @@ impl Catalog {
     /// Applies `ops` all-or-nothing; answers one JSON result per operation, in request order.
     pub async fn commit_batch(&self, ops: Vec<BatchOp>) -> Result<Vec<Value>, BatchFailure> {
         let _guard = self.commit_lock.lock().await;
+        self.commit_batch_locked(ops).await
+    }
+
+    /// [`Self::commit_batch`] for a caller that holds the commit lock.
+    pub(crate) async fn commit_batch_locked(
+        &self,
+        ops: Vec<BatchOp>,
+    ) -> Result<Vec<Value>, BatchFailure> {
         // A batch an earlier failure could not finish or undo is settled first.
         self.recover_batches().await?;
         let ops: Vec<BatchOp> = ops.into_iter().map(BatchOp::without_credentials).collect();
@@ -385,7 +397,7 @@ impl Catalog {
     async fn precheck(&self, op: &BatchOp, before: &[Step]) -> ApiResult<Undo> {
         let id = op.id();
         match op {
-            BatchOp::DeclareTable(_) => match self.locate(id).await {
+            BatchOp::DeclareTable(_) | BatchOp::RegisterTable(_) => match self.locate(id).await {
                 Ok(_) => Err(ApiError::new(
                     ErrorCode::TableAlreadyExists,
                     format!("table already exists: {}", id.join(".")),
@@ -501,6 +513,11 @@ impl Catalog {
                 self.invalidate(&id);
                 json!({ "deregister_table": to_value(response?)? })
             }
+            BatchOp::RegisterTable(r) => {
+                let response = self.ns.register_table(r.clone()).await;
+                self.invalidate(&id);
+                json!({ "register_table": to_value(response?)? })
+            }
             BatchOp::CreateTableVersion(r) => {
                 let response = self.ns.create_table_version(r.clone()).await?;
                 json!({ "create_table_version": to_value(response)? })
@@ -538,7 +555,7 @@ impl Catalog {
             let id = step.op.id();
             self.invalidate(id);
             match (&step.op, &step.undo) {
-                (BatchOp::DeclareTable(_), Undo::Deregister) => {
+                (BatchOp::DeclareTable(_) | BatchOp::RegisterTable(_), Undo::Deregister) => {
                     if self.table_exists(id).await? {
                         self.ns
                             .deregister_table(DeregisterTableRequest {

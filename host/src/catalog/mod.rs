@@ -163,8 +163,9 @@ impl Catalog {
     }
 
     /// Renames (or moves) a table. `DirectoryNamespace` has no rename, so this re-registers
-    /// the same location under the new id; the data does not move. Under the catalog lock, and
-    /// undone if the second half fails, so the table is never lost or doubled.
+    /// the same location under the new id; the data does not move. Under the catalog lock, as
+    /// a batch (`batch.rs`): undone if the second half fails or the process dies half-way, so
+    /// the table is never lost or doubled.
     pub async fn rename_table(&self, from: &[String], to: &[String]) -> ApiResult<()> {
         let _guard = self.commit_lock.lock().await;
         let location = self.locate(from).await?;
@@ -190,28 +191,20 @@ impl Catalog {
                 .await
                 .map_err(ApiError::from)?;
         }
-        let gone = self
-            .ns
-            .deregister_table(DeregisterTableRequest {
+        // Deregister + register as one batch (batch.rs): all-or-nothing, also when the process
+        // is killed between the two.
+        let ops = vec![
+            batch::BatchOp::DeregisterTable(DeregisterTableRequest {
                 id: Some(from.to_vec()),
                 ..Default::default()
-            })
-            .await
-            .map_err(|e| not_found_as_table(e, from))?;
-        self.invalidate(from);
-        let register = |id: &[String]| RegisterTableRequest {
-            id: Some(id.to_vec()),
-            location: self.relative_location(gone.location.as_deref().unwrap_or(&location)),
-            properties: gone.properties.clone(),
-            ..Default::default()
-        };
-        if let Err(e) = self.ns.register_table(register(to)).await {
-            if let Err(undo) = self.ns.register_table(register(from)).await {
-                tracing::error!(error = %undo, table = %from.join("."), "rename roll-back failed");
-            }
-            return Err(ApiError::from(e));
-        }
-        self.invalidate(to);
+            }),
+            batch::BatchOp::RegisterTable(RegisterTableRequest {
+                id: Some(to.to_vec()),
+                location: self.relative_location(&location),
+                ..Default::default()
+            }),
+        ];
+        self.commit_batch_locked(ops).await.map_err(|f| f.error)?;
         Ok(())
     }
 

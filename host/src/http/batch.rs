@@ -65,6 +65,7 @@ fn parse_op(i: usize, v: &Value, caller: &Caller) -> ApiResult<BatchOp> {
         BatchOp::DeregisterTable(r) => &mut r.id,
         BatchOp::CreateTableVersion(r) => &mut r.id,
         BatchOp::DeleteTableVersions(r) => &mut r.id,
+        BatchOp::RegisterTable(r) => &mut r.id,
     };
     match id {
         Some(given) if !given.is_empty() => *given = caller.resolve(given)?,
