@@ -43,3 +43,63 @@ mod tests {
         assert!(parse("a..b").is_err());
     }
 }
+
+/// Property tests: any text, and text made of the characters paths are built from, parses
+/// or is refused as a 400; resolving against a nested schema adds only the 404. Cases:
+/// proptest's default (256) or `PROPTEST_CASES`.
+#[cfg(test)]
+mod props {
+    use std::sync::Arc;
+
+    use arrow_schema::{DataType, Field, Fields, Schema as ArrowSchema};
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn schema() -> Schema {
+        let inner = Fields::from(vec![
+            Field::new("b.c", DataType::Int32, true),
+            Field::new("d`e", DataType::Utf8, true),
+        ]);
+        let arrow = ArrowSchema::new(vec![
+            Field::new("a", DataType::Struct(inner), true),
+            Field::new("x", DataType::Int64, true),
+            Field::new(
+                "l",
+                DataType::List(Arc::new(Field::new("item", DataType::Int32, true))),
+                true,
+            ),
+        ]);
+        Schema::try_from(&arrow).unwrap()
+    }
+
+    /// Paths from the characters that matter to the grammar, so most cases reach past the
+    /// first character.
+    fn pathlike() -> impl Strategy<Value = String> {
+        prop::collection::vec(
+            prop::sample::select(vec![
+                "a", "b", "c", "x", "l", ".", "`", "``", " ", "d`e", "é", "\\", "\0",
+            ]),
+            0..12,
+        )
+        .prop_map(|parts| parts.concat())
+    }
+
+    proptest! {
+        #[test]
+        fn parse_never_panics_and_refuses_with_400(path in prop_oneof![any::<String>(), pathlike()]) {
+            if let Err(e) = parse(&path) {
+                prop_assert_eq!(e.status.as_u16(), 400, "{}", e.message);
+            }
+        }
+
+        #[test]
+        fn resolve_refuses_with_400_or_404(path in prop_oneof![any::<String>(), pathlike()]) {
+            let schema = schema();
+            match resolve(&schema, &path) {
+                Ok(()) => prop_assert!(parse(&path).is_ok()),
+                Err(e) => prop_assert!(matches!(e.status.as_u16(), 400 | 404), "{}: {}", e.status, e.message),
+            }
+        }
+    }
+}

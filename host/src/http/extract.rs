@@ -280,3 +280,67 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Model<T> {
         Ok(Model(target, model))
     }
 }
+
+/// Property tests: ids split by any delimiter, and any query string, never panic; every
+/// refusal is a 400. Cases: proptest's default (256) or `PROPTEST_CASES`.
+#[cfg(test)]
+mod props {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Query strings from the characters that matter to form decoding.
+    fn querylike() -> impl Strategy<Value = String> {
+        prop::collection::vec(
+            prop::sample::select(vec![
+                "k",
+                "limit",
+                "on",
+                "=",
+                "&",
+                "%",
+                "%2",
+                "%FF",
+                "%e2%82",
+                "+",
+                "1",
+                "-",
+                "true",
+                "null",
+                "9223372036854775808",
+                "",
+            ]),
+            0..16,
+        )
+        .prop_map(|parts| parts.concat())
+    }
+
+    proptest! {
+        #[test]
+        fn split_id_rejoins_to_the_raw_id(raw in any::<String>(), delimiter in prop_oneof![Just("$".to_string()), Just(".".to_string()), "[^\\x00]{1,3}"]) {
+            let parts = split_id(&raw, &delimiter);
+            if raw.is_empty() || raw == delimiter {
+                prop_assert!(parts.is_empty());
+            } else {
+                prop_assert_eq!(parts.join(&delimiter), raw);
+            }
+        }
+
+        #[test]
+        fn split_id_takes_any_delimiter(raw in any::<String>(), delimiter in any::<String>()) {
+            let _ = split_id(&raw, &delimiter);
+        }
+
+        #[test]
+        fn params_never_panic_and_refuse_with_400(raw in prop_oneof![any::<String>(), querylike()], key in prop_oneof![Just("k".to_string()), Just("limit".to_string()), any::<String>()]) {
+            let params = Params::parse(Some(&raw));
+            let _ = (params.get(&key), params.all(&key), params.string(&key));
+            for e in [params.bool(&key).err(), params.int(&key).err()].into_iter().flatten() {
+                prop_assert_eq!(e.status.as_u16(), 400, "{}", e.message);
+            }
+            if let Err(e) = page(&params, None, None) {
+                prop_assert_eq!(e.status.as_u16(), 400, "{}", e.message);
+            }
+        }
+    }
+}
