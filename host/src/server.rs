@@ -31,15 +31,21 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
         virtual_columns: VirtualColumns::with_tenant_limits(Arc::new(runtime), &tenant_limits),
         jobs,
         metrics: Default::default(),
-        admission: http::overload::Admission::new(
-            config.max_in_flight,
-            config.tenant_max_in_flight,
-            config.max_body_memory_mb << 20,
-            config.max_body_mb << 20,
-        ),
+        admission: http::overload::Admission::new(http::overload::Bounds {
+            max_in_flight: config.max_in_flight,
+            tenant_max_in_flight: config.tenant_max_in_flight,
+            body_memory_bytes: config.max_body_memory_mb << 20,
+            body_limit: config.max_body_mb << 20,
+            max_running: config.max_running.unwrap_or(2 * cores()),
+            tenant_max_running: config.tenant_max_running.unwrap_or(cores()),
+        }),
         metrics_token: config.metrics_token.clone().filter(|t| !t.is_empty()),
         fault_injection: std::env::var("LANCET_FAULT_INJECTION").is_ok_and(|v| v == "1"),
     }))
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
 }
 
 /// Keys from the auth file plus `LANCET_BOOTSTRAP_KEY`. A server with no way at all to

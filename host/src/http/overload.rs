@@ -3,9 +3,10 @@
 //! `/errors/service-unavailable` and `Retry-After`, never queued: a queue would only move the
 //! overload into memory and latency, and clients (the lancedb SDK among them) retry 503s.
 //!
-//! The per-tenant bound is what keeps one tenant's flood from taking the slots another
-//! tenant's requests need; the global bound and the body budget keep the process itself inside
-//! its memory whatever all tenants send together.
+//! The per-tenant bound keeps one tenant's flood from taking the in-flight slots another
+//! tenant's requests need, and `fair` shares the CPU between the tenants' admitted requests;
+//! the global bound and the body budget keep the process inside its memory whatever all
+//! tenants send together.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -37,6 +38,19 @@ pub struct Admission {
     tenants: Mutex<HashMap<String, (usize, Arc<Semaphore>)>>,
     body_memory: Arc<Semaphore>,
     body_limit: usize,
+    /// Run slots shared fairly between tenants (see `fair`).
+    run: Arc<super::fair::FairScheduler>,
+}
+
+/// The bounds, from the server's settings.
+pub struct Bounds {
+    pub max_in_flight: usize,
+    pub tenant_max_in_flight: usize,
+    pub body_memory_bytes: usize,
+    /// The largest body accepted at all (larger ones are a 413, not a matter of load).
+    pub body_limit: usize,
+    pub max_running: usize,
+    pub tenant_max_running: usize,
 }
 
 /// A request body could not be received because the server's body memory is in use.
@@ -61,22 +75,16 @@ pub fn slow_down(message: impl Into<String>) -> Response {
 }
 
 impl Admission {
-    /// `body_limit` is the largest body the server accepts at all (larger ones are a 413, not a
-    /// matter of load).
-    pub fn new(
-        max_in_flight: usize,
-        tenant_max_in_flight: usize,
-        body_memory_bytes: usize,
-        body_limit: usize,
-    ) -> Self {
+    pub fn new(b: Bounds) -> Self {
         Self {
-            global: Arc::new(Semaphore::new(max_in_flight.max(1))),
-            tenant_default: tenant_max_in_flight.max(1),
+            global: Arc::new(Semaphore::new(b.max_in_flight.max(1))),
+            tenant_default: b.tenant_max_in_flight.max(1),
             tenants: Mutex::default(),
             body_memory: Arc::new(Semaphore::new(
-                (body_memory_bytes / UNIT).clamp(1, u32::MAX as usize),
+                (b.body_memory_bytes / UNIT).clamp(1, u32::MAX as usize),
             )),
-            body_limit,
+            body_limit: b.body_limit,
+            run: super::fair::FairScheduler::new(b.max_running, b.tenant_max_running),
         }
     }
 
@@ -183,6 +191,12 @@ pub async fn admit_tenant(State(app): State<AppState>, request: Request, next: N
             "tenant '{tenant}' is at its limit of requests in flight; slow down"
         ));
     };
+    let Some(_run) = app.admission.run.acquire(&tenant).await else {
+        app.metrics.reject("run_wait", &tenant);
+        return slow_down(format!(
+            "tenant '{tenant}' waited too long for the server to be free; slow down"
+        ));
+    };
     next.run(request).await
 }
 
@@ -192,7 +206,14 @@ mod tests {
 
     #[test]
     fn tenant_slots_are_bounded_and_follow_a_changed_limit() {
-        let a = Admission::new(10, 2, 1 << 20, 1 << 20);
+        let a = Admission::new(Bounds {
+            max_in_flight: 10,
+            tenant_max_in_flight: 2,
+            body_memory_bytes: 1 << 20,
+            body_limit: 1 << 20,
+            max_running: 4,
+            tenant_max_running: 2,
+        });
         let s1 = a.tenant_slot("t", None).expect("first");
         let _s2 = a.tenant_slot("t", None).expect("second");
         assert!(a.tenant_slot("t", None).is_none(), "third is over 2");
