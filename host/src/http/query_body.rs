@@ -313,3 +313,75 @@ mod tests {
         assert!(parse(&json!({"full_text_query": {"string_query": {"query": "a"}, "structured_query": {"query": {"match": {"terms": "a"}}}}})).is_err());
     }
 }
+
+/// Property tests: any JSON value, and objects built from the fields a query body has with
+/// plausible and hostile values, parse or are refused with a 4xx (400/404), never a panic.
+/// Cases: proptest's default (256) or `PROPTEST_CASES`.
+#[cfg(test)]
+mod props {
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn scalar() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>().prop_map(|f| json!(f)),
+            Just(json!(1e39)),
+            Just(json!(-0.0)),
+            any::<String>().prop_map(Value::from),
+            prop::sample::select(vec![
+                "l2", "cosine", "dot", "hamming", "", "text", "a AND b", "\"\"", "*"
+            ])
+            .prop_map(Value::from),
+        ]
+    }
+
+    fn value() -> impl Strategy<Value = Value> {
+        scalar().prop_recursive(4, 24, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                prop::collection::btree_map(key(), inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// Keys a query body (and its nested vector, columns and full-text objects) reads, and others.
+    fn key() -> impl Strategy<Value = String> {
+        prop_oneof![
+            4 => prop::sample::select(vec![
+                "vector", "single_vector", "multi_vector", "vector_column", "distance_type",
+                "nprobes", "minimum_nprobes", "maximum_nprobes", "ef", "refine_factor",
+                "lower_bound", "upper_bound", "bypass_vector_index", "full_text_query",
+                "string_query", "structured_query", "query", "columns", "column_names",
+                "column_aliases", "filter", "prefilter", "k", "offset", "with_row_id",
+                "fast_search", "match", "terms", "column", "boost", "fuzziness", "phrase",
+                "multi_match", "boolean", "must", "should", "must_not", "operator",
+            ])
+            .prop_map(str::to_string),
+            1 => any::<String>(),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn any_json_parses_or_is_a_4xx(body in value()) {
+            if let Err(e) = parse(&body) {
+                prop_assert!(matches!(e.status.as_u16(), 400 | 404), "{}: {}", e.status, e.message);
+            }
+        }
+
+        #[test]
+        fn query_objects_parse_or_are_a_4xx(fields in prop::collection::btree_map(key(), value(), 0..8)) {
+            let body = Value::Object(fields.into_iter().collect());
+            if let Err(e) = parse(&body) {
+                prop_assert!(matches!(e.status.as_u16(), 400 | 404), "{}: {}", e.status, e.message);
+            }
+        }
+    }
+}
