@@ -12,6 +12,7 @@ mod context;
 mod data;
 pub mod errors;
 mod extract;
+mod fair;
 pub use extract::Target;
 mod indexes;
 mod jobs;
