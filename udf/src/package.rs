@@ -55,6 +55,16 @@ pub fn package(
 pub fn decode_module_base64(text: &str) -> Result<Vec<u8>, UdfError> {
     use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD};
     let text = text.trim();
+    // The decoded module is refused above MAX_MODULE_BYTES anyway; refusing the text first
+    // keeps a huge one from being decoded (an allocation of 3/4 its size) only to be refused.
+    let longest = (crate::MAX_MODULE_BYTES as usize).div_ceil(3) * 4;
+    if text.len() > longest {
+        return Err(UdfError::BadModuleEncoding(format!(
+            "{} base64 characters, more than a module of at most {} bytes takes",
+            text.len(),
+            crate::MAX_MODULE_BYTES
+        )));
+    }
     let decoded = if text.ends_with('=') {
         STANDARD.decode(text)
     } else {
@@ -71,6 +81,12 @@ mod tests {
     fn base64_garbage_is_a_definition_error() {
         assert_eq!(decode_module_base64(" AGFzbQ== ").unwrap(), b"\0asm");
         assert_eq!(decode_module_base64("AGFzbQ").unwrap(), b"\0asm");
+        let huge = "A".repeat((crate::MAX_MODULE_BYTES as usize).div_ceil(3) * 4 + 4);
+        let err = decode_module_base64(&huge).unwrap_err();
+        assert!(
+            err.to_string().contains("more than a module of at most"),
+            "{err}"
+        );
         for bad in ["not base64!", "AGFzbQ=", "AGF*bQ=="] {
             let err = decode_module_base64(bad).unwrap_err();
             assert!(err.is_definition_error(), "{err}");
