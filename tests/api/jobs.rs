@@ -594,3 +594,26 @@ async fn killed_server_resumes_backfills_and_matches_an_unkilled_run() {
     let list = b.ok("/v1/jobs/list", json!({})).await;
     assert_eq!(list["jobs"].as_array().unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn a_panicking_job_fails_and_the_server_serves_on() {
+    let s = Server::start_with(
+        tempfile::tempdir().unwrap(),
+        &[
+            ("LANCET_FAULT_INJECTION", "1"),
+            ("LANCET_FAULT_JOB_PANIC", "1"),
+        ],
+    )
+    .await;
+    s.create_table("p", 20).await;
+    add_virtual(&s, "p", "slug", vc("slugify", "slugify", &["text"], &[])).await;
+    let job = s.backfill("p", json!({"column": "slug"})).await;
+    let d = s.wait_job(&job).await;
+    assert_eq!(d["job_state"], "FAILED", "{d}");
+    let msg = d["failure"]["message"].as_str().unwrap();
+    assert!(msg.contains("crashed"), "{msg}");
+    // Nothing was written and the server answers as before.
+    assert_eq!(s.count("p", json!({"predicate": "slug IS NULL"})).await, 20);
+    let (status, _) = s.post("/v1/jobs/list", json!({})).await;
+    assert_eq!(status, 200);
+}

@@ -191,6 +191,9 @@ struct Task {
 }
 
 async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
+    if app.fault_injection && std::env::var_os("LANCET_FAULT_JOB_PANIC").is_some() {
+        panic!("fault injected by LANCET_FAULT_JOB_PANIC");
+    }
     let record = job.snapshot();
     let spec = record.spec.clone();
     let (source, udf) = prepare(app, &record.location, &spec)
