@@ -9,7 +9,7 @@
 //!   with the old rows or at the next with exactly the rows the operation makes), and maybe at
 //!   once a column change on `a` (add_columns / drop_columns), a batch-commit (two declares, a
 //!   deregister, a new version of `p` from a staged manifest and the deletion of `p`'s oldest
-//!   version: all of it or none), a table create or drop;
+//!   version: all of it or none), a table create, drop or rename;
 //! - a backfill job on `j` (a slow virtual column) runs across several kills: it must resume
 //!   (or finish) and end with every row computed once (`rows_written` = the rows it selected,
 //!   one version per commit), never fail;
@@ -217,6 +217,7 @@ struct BatchOp {
 enum TOp {
     Create(String),
     Drop(String),
+    Rename(String, String),
 }
 
 impl TOp {
@@ -224,6 +225,7 @@ impl TOp {
         match self {
             TOp::Create(_) => "create",
             TOp::Drop(_) => "drop",
+            TOp::Rename(..) => "rename",
         }
     }
 }
@@ -293,10 +295,13 @@ impl Stats {
     /// The answer of a request the kill may have cut off; learns the usual duration.
     async fn settle(&mut self, kind: &'static str, task: Option<Timed>) -> Option<(u16, Value)> {
         let (out, took) = task?.await.unwrap();
-        if matches!(out, Some((200, _))) {
-            let ms = took.as_secs_f64() * 1000.0;
-            let e = self.latency.entry(kind).or_insert(ms);
+        let ms = took.as_secs_f64() * 1000.0;
+        let e = self.latency.entry(kind).or_insert(ms);
+        if out.is_some() {
             *e = 0.7 * *e + 0.3 * ms;
+        } else {
+            // Cut off: it would have taken longer than that (else the window only shrinks).
+            *e = e.max(ms * 1.2);
         }
         out
     }
@@ -420,6 +425,44 @@ fn intent_files(data: &std::path::Path) -> (usize, usize) {
     let json = names.iter().filter(|n| n.ends_with(".json")).count();
     let marks = names.iter().filter(|n| n.ends_with(".deleting")).count();
     (json, marks)
+}
+
+/// The intents left in the directory that name `needle` (with a deletion marker or not).
+/// A marker whose intent is already removed counts when `orphans` (only batch-commit's
+/// deletions write markers).
+fn intents_of(data: &std::path::Path, needle: &str, orphans: bool) -> (usize, usize) {
+    let Ok(dir) = std::fs::read_dir(intents_dir(data)) else {
+        return (0, 0);
+    };
+    let names: Vec<String> = dir
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    let mine = |n: &str| {
+        std::fs::read_to_string(intents_dir(data).join(n)).is_ok_and(|t| t.contains(needle))
+    };
+    let intents = names
+        .iter()
+        .filter(|n| n.ends_with(".json") && mine(n))
+        .count();
+    let marks = names
+        .iter()
+        .filter_map(|n| n.strip_suffix(".deleting"))
+        .filter(|i| mine(i) || (orphans && !names.iter().any(|n| n == i)))
+        .count();
+    (intents, marks)
+}
+
+/// The intent records' names and contents (for failure messages).
+fn intent_dump(data: &std::path::Path) -> String {
+    let Ok(dir) = std::fs::read_dir(intents_dir(data)) else {
+        return String::new();
+    };
+    dir.map(|e| {
+        let p = e.unwrap().path();
+        let text = std::fs::read_to_string(&p).unwrap_or_default();
+        format!("{}: {text}\n", p.file_name().unwrap().to_string_lossy())
+    })
+    .collect()
 }
 
 /// The local path of a table's directory.
@@ -725,6 +768,7 @@ impl Model {
         b: &BatchOp,
         outcome: &Option<(u16, Value)>,
         intent: (usize, usize),
+        dump: &str,
         stats: &mut Stats,
     ) {
         let applied = exists(s, &b.declares[0]).await;
@@ -754,11 +798,11 @@ impl Model {
         );
         // An intent left by the kill was settled the way its marker says.
         match intent {
-            (0, _) => {}
+            (0, 0) => {}
             (_, 0) => {
                 assert!(
                     !applied,
-                    "an intent without a deletion marker must roll back"
+                    "an intent without a deletion marker must roll back: {b:?}, answer {outcome:?}, intents at the kill: {dump}"
                 );
                 stats.intents_rolled_back += 1;
             }
@@ -782,9 +826,14 @@ impl Model {
         if let Some(name) = self.retry_create.pop() {
             return TOp::Create(name);
         }
-        if self.tables.len() >= 4 || (!self.tables.is_empty() && rng.below(3) == 0) {
+        if self.tables.len() >= 4 || (!self.tables.is_empty() && rng.below(2) == 0) {
             let names: Vec<&String> = self.tables.iter().collect();
-            TOp::Drop(names[rng.below(names.len() as u64) as usize].clone())
+            let name = names[rng.below(names.len() as u64) as usize].clone();
+            if rng.below(2) == 0 {
+                TOp::Drop(name)
+            } else {
+                TOp::Rename(name, format!("t{round}"))
+            }
         } else {
             TOp::Create(format!("t{round}"))
         }
@@ -796,6 +845,11 @@ impl Model {
                 post_arrow(h, &format!("/v1/table/{name}/create"), &sample(0, T_ROWS))
             }
             TOp::Drop(name) => post_json(h, &format!("/v1/table/{name}/drop"), json!({})),
+            TOp::Rename(from, to) => post_json(
+                h,
+                &format!("/v1/table/{from}/rename"),
+                json!({"new_table_name": to}),
+            ),
         }
     }
 
@@ -804,6 +858,7 @@ impl Model {
         s: &Handle,
         t: &TOp,
         outcome: &Option<(u16, Value)>,
+        intent: (usize, usize),
         stats: &mut Stats,
     ) {
         match t {
@@ -826,6 +881,19 @@ impl Model {
                     self.tables.remove(name);
                 }
                 stats.record("drop", outcome, !present);
+            }
+            TOp::Rename(from, to) => {
+                let (old, new) = (exists(s, from).await, exists(s, to).await);
+                assert!(old != new, "rename {from} -> {to}: old {old}, new {new}");
+                if intent.0 > 0 {
+                    assert!(old, "an interrupted rename's intent must roll it back");
+                    stats.intents_rolled_back += 1;
+                }
+                let name = if new { to } else { from };
+                assert_eq!(opens(s, name).await, T_ROWS as u64, "{name}");
+                self.tables.remove(from);
+                self.tables.insert(name.clone());
+                stats.record("rename", outcome, new);
             }
         }
     }
@@ -998,7 +1066,21 @@ async fn sigkill_at_random_moments_loses_no_acknowledged_write_and_applies_nothi
         tokio::time::sleep(Duration::from_millis(rng.below(window))).await;
         s.kill_hard();
         stats.kills += 1;
+        // Intents the kill left, by owner: a rename is a batch too, and may run beside one.
         let intent = intent_files(&data);
+        let dump = intent_dump(&data);
+        let b_intent = bop.as_ref().map_or((0, 0), |b| {
+            intents_of(&data, &format!("\"{}\"", b.declares[0]), true)
+        });
+        let t_intent = match &top {
+            Some(TOp::Rename(from, _)) => intents_of(&data, &format!("\"{from}\""), false),
+            _ => (0, 0),
+        };
+        assert_eq!(
+            intent.0,
+            b_intent.0 + t_intent.0,
+            "intents of nobody: {dump}"
+        );
         let k_out = stats.settle(kop.kind(), Some(k_task)).await;
         let a_out = stats
             .settle(aop.as_ref().map_or("", AOp::kind), a_task)
@@ -1015,12 +1097,11 @@ async fn sigkill_at_random_moments_loses_no_acknowledged_write_and_applies_nothi
             m.check_a(&s, a, &a_out, &mut stats).await;
         }
         if let Some(b) = &bop {
-            m.check_batch(&s, b, &b_out, intent, &mut stats).await;
-        } else {
-            assert_eq!(intent.0, 0, "an intent with no batch-commit running");
+            m.check_batch(&s, b, &b_out, b_intent, &dump, &mut stats)
+                .await;
         }
         if let Some(t) = &top {
-            m.check_t(&s, t, &t_out, &mut stats).await;
+            m.check_t(&s, t, &t_out, t_intent, &mut stats).await;
         }
         m.check_all_open(&s).await;
         m.check_job(&s, &mut stats, false).await;
