@@ -216,7 +216,8 @@ fn database(headers: &HeaderMap, host_domain: Option<&str>) -> ApiResult<Option<
     };
     match db {
         Some(db) if db.is_empty() => Ok(None),
-        Some(db) if db.contains(['$', '/', '\\']) || db == "." || db == ".." => {
+        // A quote breaks the catalog's listings (see `namespaces::listable`).
+        Some(db) if db.contains(['$', '/', '\\', '\'']) || db == "." || db == ".." => {
             Err(ApiError::invalid(format!(
                 "database name '{db}' is not a valid namespace name"
             )))

@@ -13,11 +13,26 @@ use super::{AppState, answer, reply, respond};
 use crate::catalog::Catalog;
 use crate::error::{ApiError, ApiResult};
 
+/// The catalog (lance-namespace's DirectoryNamespace, 14.0.2) lists a namespace's children with
+/// a SQL filter that quotes the namespace's name without escaping it, so a name with a `'`
+/// breaks every listing (and lets the name inject SQL into it). Such names are refused where a
+/// namespace is created or listed.
+fn listable(id: &[String]) -> ApiResult<()> {
+    match id.iter().find(|part| part.contains('\'')) {
+        Some(part) => Err(ApiError::invalid(format!(
+            "namespace name '{part}' contains a single quote, which the catalog cannot list"
+        ))),
+        None => Ok(()),
+    }
+}
+
 pub async fn create(Model(target, request): Model<CreateNamespaceRequest>) -> ApiResult<Response> {
+    listable(&target.id)?;
     answer(target.catalog.ns().create_namespace(request).await)
 }
 
 pub async fn list(Model(target, mut request): Model<ListNamespacesRequest>) -> ApiResult<Response> {
+    listable(&target.id)?;
     let (limit, token) = page(
         &target.params,
         request.limit.map(i64::from),
@@ -75,6 +90,7 @@ pub async fn drop(
         return Err(e);
     }
     if cascade {
+        listable(&target.id)?;
         drop_contents(&app, &target.catalog, &target.id).await?;
     }
     let response = target
@@ -150,6 +166,7 @@ async fn list_all_namespaces(catalog: &Catalog, id: &[String]) -> ApiResult<Vec<
 pub async fn list_tables(
     Model(target, mut request): Model<ListTablesRequest>,
 ) -> ApiResult<Response> {
+    listable(&target.id)?;
     let (limit, token) = page(
         &target.params,
         request.limit.map(i64::from),
