@@ -10,7 +10,7 @@ use super::{AppState, reply};
 use crate::error::{ApiError, ApiResult};
 use crate::store::At;
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, schemars::JsonSchema)]
 #[serde(default)]
 pub struct BranchBody {
     #[serde(flatten)]

@@ -13,14 +13,14 @@ use crate::json_types::parse_data_type;
 use crate::store::Alteration;
 use crate::virtual_columns::{AlterVirtual, NewVirtual};
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 pub struct NewColumn {
     name: String,
     expression: Option<String>,
     virtual_column: Option<NewVirtual>,
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, schemars::JsonSchema)]
 #[serde(default)]
 pub struct AddBody {
     #[serde(flatten)]
@@ -81,7 +81,7 @@ pub async fn add(
     Ok(reply(json!({ "version": version })))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 pub struct AlterEntry {
     path: String,
     rename: Option<String>,
@@ -90,7 +90,7 @@ pub struct AlterEntry {
     virtual_column: Option<AlterVirtual>,
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, schemars::JsonSchema)]
 #[serde(default)]
 pub struct AlterBody {
     #[serde(flatten)]
@@ -160,7 +160,7 @@ pub async fn alter(
     Ok(reply(json!({ "version": version })))
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, schemars::JsonSchema)]
 #[serde(default)]
 pub struct DropBody {
     #[serde(flatten)]

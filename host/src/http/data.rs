@@ -141,7 +141,7 @@ fn parse_duration(text: &str) -> ApiResult<Duration> {
     })
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, schemars::JsonSchema)]
 #[serde(default)]
 pub struct UpdateBody {
     #[serde(flatten)]
@@ -187,7 +187,7 @@ pub async fn update(
     ))
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, schemars::JsonSchema)]
 #[serde(default)]
 pub struct DeleteBody {
     #[serde(flatten)]
@@ -215,7 +215,7 @@ pub async fn delete(
     ))
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, schemars::JsonSchema)]
 #[serde(default)]
 pub struct CountBody {
     #[serde(flatten)]

@@ -10,7 +10,7 @@ use super::{AppState, reply};
 use crate::error::{ApiError, ApiResult};
 use crate::store::{At, IndexOptions};
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, schemars::JsonSchema)]
 #[serde(default)]
 pub struct CreateBody {
     #[serde(flatten)]
@@ -60,7 +60,7 @@ pub async fn create_scalar(
     create_with(app, target, body, Some("BTREE")).await
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, schemars::JsonSchema)]
 #[serde(default)]
 pub struct ReadBody {
     #[serde(flatten)]

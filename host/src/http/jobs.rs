@@ -14,7 +14,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::jobs::spec::BackfillOptions;
 use crate::jobs::state::JobState;
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, schemars::JsonSchema)]
 #[serde(default)]
 pub struct BackfillBody {
     #[serde(flatten)]
@@ -44,7 +44,7 @@ pub async fn backfill_column(
     Ok(reply(json!({ "job_id": job_id })))
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, schemars::JsonSchema)]
 #[serde(default)]
 pub struct JobBody {
     job_id: Option<String>,
@@ -79,8 +79,9 @@ pub async fn cancel(
     )))
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, schemars::JsonSchema)]
 #[serde(default)]
+#[schemars(rename = "ListJobsBody")]
 pub struct ListBody {
     limit: Option<i64>,
     page_token: Option<String>,

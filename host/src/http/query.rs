@@ -51,7 +51,7 @@ pub async fn query(
     State(app): State<AppState>,
     target: Target,
     headers: HeaderMap,
-    JsonBody(body): JsonBody<Value>,
+    JsonBody(query_body::QueryBody(body)): JsonBody<query_body::QueryBody>,
 ) -> ApiResult<Response> {
     let spec = query_body::parse(&body)?;
     let ds = dataset_for(&app, &target, &body).await?;
@@ -189,7 +189,7 @@ impl IpcOut {
 pub async fn explain_plan(
     State(app): State<AppState>,
     target: Target,
-    JsonBody(body): JsonBody<Value>,
+    JsonBody(query_body::PlanBody(body)): JsonBody<query_body::PlanBody>,
 ) -> ApiResult<Response> {
     let query = body.get("query").cloned().unwrap_or_else(|| body.clone());
     let spec = query_body::parse(&query)?;
@@ -209,7 +209,7 @@ pub async fn explain_plan(
 pub async fn analyze_plan(
     State(app): State<AppState>,
     target: Target,
-    JsonBody(body): JsonBody<Value>,
+    JsonBody(query_body::PlanBody(body)): JsonBody<query_body::PlanBody>,
 ) -> ApiResult<Response> {
     let query = body.get("query").cloned().unwrap_or_else(|| body.clone());
     let spec = query_body::parse(&query)?;

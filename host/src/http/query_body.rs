@@ -222,6 +222,126 @@ pub fn parse_distance(name: &str) -> ApiResult<DistanceType> {
     })
 }
 
+/// A query body as received: [`parse`] reads it field by field (both dialects). Its JSON Schema
+/// (for `/v1/openapi.json`) is [`QueryFields`]'s.
+#[derive(serde::Deserialize)]
+#[serde(transparent)]
+pub struct QueryBody(pub Value);
+
+/// An `explain_plan` / `analyze_plan` body: the query in `query`, or inline. Schema:
+/// [`PlanFields`].
+#[derive(serde::Deserialize)]
+#[serde(transparent)]
+pub struct PlanBody(pub Value);
+
+impl schemars::JsonSchema for QueryBody {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "QueryRequest".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        QueryFields::json_schema(generator)
+    }
+}
+
+impl schemars::JsonSchema for PlanBody {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "QueryPlanRequest".into()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        PlanFields::json_schema(generator)
+    }
+}
+
+/// The fields [`parse`] (and the handlers' table lookup) read from a query body, with the
+/// types both dialects may send. Only a schema: the body is read as JSON.
+#[derive(schemars::JsonSchema)]
+#[allow(dead_code)]
+pub struct QueryFields {
+    #[schemars(flatten)]
+    common: super::extract::Common,
+    /// Table version to read (default: the latest).
+    #[schemars(range(min = 0))]
+    version: Option<i64>,
+    vector: Option<VectorField>,
+    /// The vector column (default: the only one).
+    #[schemars(length(min = 1))]
+    vector_column: Option<String>,
+    /// l2, cosine, dot or hamming.
+    distance_type: Option<String>,
+    nprobes: Option<u64>,
+    minimum_nprobes: Option<u64>,
+    maximum_nprobes: Option<u64>,
+    ef: Option<u64>,
+    refine_factor: Option<u64>,
+    lower_bound: Option<f32>,
+    upper_bound: Option<f32>,
+    bypass_vector_index: Option<bool>,
+    full_text_query: Option<FullTextField>,
+    /// SQL filter.
+    filter: Option<String>,
+    prefilter: Option<bool>,
+    /// Most rows returned.
+    k: Option<u64>,
+    offset: Option<u64>,
+    columns: Option<ColumnsField>,
+    with_row_id: Option<bool>,
+    fast_search: Option<bool>,
+}
+
+/// `vector`: the spec's object (one of the two), or a bare array (lancedb).
+#[derive(schemars::JsonSchema)]
+#[schemars(untagged)]
+#[allow(dead_code)]
+enum VectorField {
+    Spec {
+        single_vector: Option<Vec<f32>>,
+        multi_vector: Option<Vec<Vec<f32>>>,
+    },
+    Single(Vec<f32>),
+    Multi(Vec<Vec<f32>>),
+}
+
+/// `columns`: the spec's object (one of the two), a list of names, or alias -> expression.
+#[derive(schemars::JsonSchema)]
+#[schemars(untagged)]
+#[allow(dead_code)]
+enum ColumnsField {
+    Spec {
+        column_names: Option<Vec<String>>,
+        column_aliases: Option<std::collections::HashMap<String, String>>,
+    },
+    Names(Vec<String>),
+    Aliases(std::collections::HashMap<String, String>),
+}
+
+/// `full_text_query`: `string_query` or `structured_query` (a lance FTS query object), or the
+/// lancedb dialect's `query` (text or structured) with `columns`.
+#[derive(schemars::JsonSchema)]
+#[allow(dead_code)]
+struct FullTextField {
+    string_query: Option<StringQuery>,
+    structured_query: Option<serde_json::Map<String, Value>>,
+    query: Option<Value>,
+    columns: Option<Vec<String>>,
+}
+
+#[derive(schemars::JsonSchema)]
+#[allow(dead_code)]
+struct StringQuery {
+    query: String,
+    columns: Option<Vec<String>>,
+}
+
+/// The fields `explain_plan` and `analyze_plan` read: a query inline or in `query`.
+#[derive(schemars::JsonSchema)]
+#[allow(dead_code)]
+pub struct PlanFields {
+    #[schemars(flatten)]
+    inline: QueryFields,
+    query: Option<QueryBody>,
+    verbose: Option<bool>,
+}
+
 pub fn parse(body: &Value) -> ApiResult<QuerySpec> {
     if !body.is_object() {
         return Err(ApiError::invalid("the query body must be a JSON object"));

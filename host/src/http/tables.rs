@@ -83,7 +83,7 @@ pub async fn declare(Model(target, request): Model<DeclareTableRequest>) -> ApiR
     answer(response)
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, schemars::JsonSchema)]
 #[serde(default)]
 pub struct DescribeBody {
     #[serde(flatten)]

@@ -12,8 +12,9 @@ use super::{AppState, reply};
 use crate::error::{ApiError, ApiResult};
 use crate::store::At;
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, schemars::JsonSchema)]
 #[serde(default)]
+#[schemars(rename = "ListVersionsBody")]
 pub struct ListBody {
     #[serde(flatten)]
     common: Common,
@@ -71,7 +72,7 @@ pub async fn list(
     Ok(reply(json!({ "versions": versions, "page_token": next })))
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, schemars::JsonSchema)]
 #[serde(default)]
 pub struct RestoreBody {
     #[serde(flatten)]
@@ -102,7 +103,7 @@ pub async fn restore(
     Ok(reply(json!({ "version": new_version })))
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, schemars::JsonSchema)]
 #[serde(default)]
 pub struct TagBody {
     #[serde(flatten)]

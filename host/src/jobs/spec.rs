@@ -9,7 +9,7 @@ use crate::error::{ApiError, ApiResult};
 pub const CLUSTERS: &[&str] = &["default"];
 
 /// Options as a request sends them (every one optional).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 pub struct BackfillOptions {
     pub column: String,

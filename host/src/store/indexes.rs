@@ -22,7 +22,7 @@ use super::{At, Store};
 use crate::error::{ApiError, ApiResult};
 
 /// Index options as the namespace API names them; all optional but `column` and `index_type`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(default)]
 pub struct IndexOptions {
     pub column: String,

@@ -22,7 +22,7 @@ pub use backfill::{ColumnUdf, Computed};
 /// Field-metadata key holding a virtual column's definition (JSON).
 pub const DEFINITION_KEY: &str = "lancet.udf.definition";
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 pub struct OutputSpec {
     pub column: String,
     #[serde(default)]
@@ -39,7 +39,7 @@ fn yes() -> bool {
 }
 
 /// `virtual_column` of a NewColumn (spec 2.5).
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Default, schemars::JsonSchema)]
 #[serde(default)]
 pub struct NewVirtual {
     pub input_columns: Vec<String>,
@@ -56,7 +56,7 @@ pub struct NewVirtual {
 }
 
 /// `virtual_column` of an Alteration: like [`NewVirtual`] without `outputs`.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Default, schemars::JsonSchema)]
 #[serde(default)]
 pub struct AlterVirtual {
     pub input_columns: Option<Vec<String>>,
