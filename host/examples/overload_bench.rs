@@ -117,7 +117,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 /// One quiet request: alternately a count with a predicate and a small filtered query.
 async fn quiet_request(c: &reqwest::Client, base: &str, i: usize) -> Duration {
     let start = Instant::now();
-    let (path, body) = if i % 2 == 0 {
+    let (path, body) = if i.is_multiple_of(2) {
         ("count_rows", json!({"predicate": "id > 100"}))
     } else {
         (

@@ -188,7 +188,8 @@ fn scraped(app: &App) -> Registry {
         ConstCounter::new(stats.instances_discarded),
     );
     let per_tenant = runtime.call_stats();
-    let families: [(&str, &str, fn(&lancet_udf::CallStats) -> u64); 6] = [
+    type UdfFamily = (&'static str, &'static str, fn(&lancet_udf::CallStats) -> u64);
+    let families: [UdfFamily; 6] = [
         ("udf_calls", "UDF guest calls", |s| s.calls),
         ("udf_rows", "Rows passed to UDF guest calls", |s| s.rows),
         ("udf_traps", "UDF calls that trapped", |s| s.traps),
