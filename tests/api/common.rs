@@ -56,9 +56,16 @@ impl Server {
     }
 
     pub async fn start_with(data: tempfile::TempDir, env: &[(&str, &str)]) -> Server {
+        let mut server = Self::start_at(data.path(), env).await;
+        server.data = Some(data);
+        server
+    }
+
+    /// A server on a directory it does not own (e.g. a second process on another's data).
+    pub async fn start_at(dir: &std::path::Path, env: &[(&str, &str)]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_lancet"));
         cmd.args(["serve", "--addr", "127.0.0.1:0", "--data"])
-            .arg(data.path())
+            .arg(dir)
             .env("LANCET_BOOTSTRAP_KEY", ADMIN_KEY)
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
@@ -90,7 +97,7 @@ impl Server {
         let base = last.strip_prefix("listening on ").unwrap().to_string();
         Server {
             child,
-            data: Some(data),
+            data: None,
             banner: banner.to_vec(),
             handle: Handle {
                 base,

@@ -298,6 +298,9 @@ async fn concurrent_writers_on_main_and_branches_match_the_acknowledged_writes()
         .and_then(|s| s.parse::<u64>().ok());
     let secs = soak.unwrap_or(6);
     let s = Server::start().await;
+    // A second server process on the same data directory (another replica): its writes and
+    // this one's race in lance's commit protocol, not behind one process's write lock.
+    let other = Server::start_at(s.data_dir(), &[]).await;
     s.create_table(TABLE, BASE).await;
     let targets = [None, Some("b1"), Some("b2")];
     for b in targets.iter().flatten() {
@@ -314,7 +317,7 @@ async fn concurrent_writers_on_main_and_branches_match_the_acknowledged_writes()
         for k in 0..CLIENTS_PER_TARGET {
             let n = t * CLIENTS_PER_TARGET + k;
             let mut c = Client {
-                h: s.with_key(ADMIN_KEY),
+                h: if n % 2 == 0 { &s } else { &other }.with_key(ADMIN_KEY),
                 n,
                 branch: branch.map(str::to_string),
                 model: BTreeMap::new(),
