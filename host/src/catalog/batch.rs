@@ -28,7 +28,9 @@
 //! or were already undone are all handled, and a crash during recovery just means recovery runs
 //! again. With a marker it is **rolled forward**: the deletions run again (deleting a version
 //! file that is already gone is not an error; a table or branch that has gone meanwhile has
-//! nothing left to delete).
+//! nothing left to delete). A recovery that fails when the catalog opens is logged and the
+//! tenant opens anyway (one bad record must not lock it out); batch-commits keep retrying it
+//! first and fail until it succeeds.
 //!
 //! Why roll back rather than forward: the client never got an answer, so either outcome is
 //! allowed, but only the undos are certain to succeed. A redo can fail for reasons the batch

@@ -50,7 +50,11 @@ impl Catalog {
             intents: batch::Intents::open(root, &session).await?,
         };
         // A batch-commit a killed process left half-done is settled before anyone uses this.
-        catalog.recover_batches().await?;
+        // If that fails the tenant still opens (one bad record must not lock it out); every
+        // batch-commit tries again first, and fails until it succeeds.
+        if let Err(e) = catalog.recover_batches().await {
+            tracing::error!(error = %e, root, "cannot settle an interrupted batch-commit");
+        }
         Ok(catalog)
     }
 
