@@ -4,7 +4,8 @@
 //! The catalog (`DirectoryNamespace`) has no multi-object transaction, so atomicity is built
 //! here from an *intent record*: the validated batch, written to
 //! `<tenant root>/_batch_intents/<millis>-<uuid>.json` before anything is applied and removed
-//! when the batch is done. Steps:
+//! when the batch is done. `Catalog::rename_table` is such a batch too (deregister, then an
+//! internal register at the same location). Steps:
 //!
 //! 1. Under the catalog's commit lock (no other catalog change of this server interleaves),
 //!    every operation is checked and what would undo it is learnt: a deregistered table's
