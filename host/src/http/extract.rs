@@ -160,6 +160,16 @@ pub fn body_error(err: &(dyn std::error::Error + 'static)) -> ApiError {
     ApiError::invalid(format!("unreadable request body: {err}"))
 }
 
+/// [`body_error`] for the `Bytes` extractor, whose rejection knows an over-limit body (its
+/// cause chain does not reach the limit error).
+pub fn bytes_error(e: axum::extract::rejection::BytesRejection) -> ApiError {
+    if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
+        return ApiError::invalid("request body exceeds the server's limit")
+            .with_status(e.status());
+    }
+    body_error(&e)
+}
+
 /// JSON body; empty (or `null`) means `{}`. Malformed JSON is a 400 in the spec's shape.
 pub struct JsonBody<T>(pub T);
 
@@ -167,9 +177,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = Bytes::from_request(req, state)
-            .await
-            .map_err(|e| body_error(&e))?;
+        let bytes = Bytes::from_request(req, state).await.map_err(bytes_error)?;
         let text = std::str::from_utf8(&bytes)
             .map_err(|_| ApiError::invalid("request body is not UTF-8"))?
             .trim();
