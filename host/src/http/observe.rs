@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{MatchedPath, Request, State};
+use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
@@ -46,7 +47,18 @@ pub async fn record_metrics(State(app): State<AppState>, request: Request, next:
         .get::<MatchedPath>()
         .map(|p| p.as_str().to_string())
         .unwrap_or_else(|| "unmatched".to_string());
-    let method = request.method().to_string();
+    // Extension methods are any token a client sends: one label value for all of them keeps
+    // the series bounded.
+    let method = match *request.method() {
+        Method::GET
+        | Method::POST
+        | Method::PUT
+        | Method::DELETE
+        | Method::HEAD
+        | Method::OPTIONS
+        | Method::PATCH => request.method().to_string(),
+        _ => "other".to_string(),
+    };
     let start = Instant::now();
     let bytes_in = Arc::new(AtomicU64::new(0));
     let request = {
