@@ -139,7 +139,7 @@ impl ApiError {
         let code = match err {
             E::Namespace { source, .. } => {
                 if let Some(ns) = source.downcast_ref::<NamespaceError>() {
-                    return ApiError::new(ns.code(), ns.message().to_string());
+                    return ApiError::new(ns.code(), ns.message().to_string()).name_too_long();
                 }
                 ErrorCode::Internal
             }
@@ -165,7 +165,19 @@ impl ApiError {
             E::NotFound { .. } => ErrorCode::TableNotFound,
             _ => classify_message(&msg).unwrap_or(ErrorCode::Internal),
         };
-        ApiError::new(code, msg)
+        ApiError::new(code, msg).name_too_long()
+    }
+
+    /// The storage refusing a file name as too long (ENAMETOOLONG: a table's directory is named
+    /// after its id) means the caller's name is too long, not that the server failed.
+    fn name_too_long(self) -> Self {
+        if self.code == ErrorCode::Internal && self.message.contains("File name too long") {
+            return ApiError::invalid(format!(
+                "a name in this request is too long for the storage: {}",
+                self.message
+            ));
+        }
+        self
     }
 }
 

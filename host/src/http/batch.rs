@@ -75,6 +75,9 @@ fn parse_op(i: usize, v: &Value, caller: &Caller) -> ApiResult<BatchOp> {
             )));
         }
     }
+    if let BatchOp::DeclareTable(r) = &op {
+        super::tables::storable(r.id.as_deref().unwrap_or_default())?;
+    }
     Ok(op)
 }
 

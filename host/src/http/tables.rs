@@ -19,11 +19,39 @@ use crate::catalog::not_found_as_table;
 use crate::error::{ApiError, ApiResult};
 use crate::store::At;
 
+/// A table's directory is named `<8 hex digits>_<its id joined by $>`, and some of
+/// lance-namespace's paths to it percent-encode that name (twice, in places: `é` becomes
+/// `%25C3%25A9`). An id whose encoded name passes the file system's 255-byte limit made a table
+/// that could not be declared, or once created could not be dropped (the OS error was a 500).
+/// Such ids are refused before anything is written, counting every byte but ASCII letters,
+/// digits and `-_.$` at its doubly encoded length (so plain names may have ~240 characters).
+pub(super) fn storable(id: &[String]) -> ApiResult<()> {
+    let encoded: usize = id
+        .join("$")
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.$".contains(&b) {
+                1
+            } else {
+                5
+            }
+        })
+        .sum();
+    if 9 + encoded > 255 {
+        return Err(ApiError::invalid(format!(
+            "table id '{}' is too long: its storage directory name would pass 255 bytes",
+            id.join("$")
+        )));
+    }
+    Ok(())
+}
+
 pub async fn create(
     State(app): State<AppState>,
     target: Target,
     body: Bytes,
 ) -> ApiResult<Response> {
+    storable(&target.id)?;
     // Validate the stream here so a bad body is a clear 400 before the catalog is touched.
     let decoded = {
         let body = body.clone();
@@ -77,6 +105,7 @@ fn json_param(
 }
 
 pub async fn declare(Model(target, request): Model<DeclareTableRequest>) -> ApiResult<Response> {
+    storable(&target.id)?;
     let _guard = target.catalog.commit_lock.lock().await;
     let response = target.catalog.ns().declare_table(request).await;
     target.catalog.invalidate(&target.id);
