@@ -45,7 +45,20 @@ pub async fn map_context(request: Request, next: Next) -> Response {
         Ok(r) => r,
         Err(response) => return *response,
     };
-    let response = next.run(request).await;
+    // The request id is the request's header as the context left it; the answer carries that
+    // one (the layers outside keep a header already there).
+    let request_id = request.headers().get("x-request-id").cloned();
+    if let Some(id) = request_id.as_ref().and_then(|v| v.to_str().ok()) {
+        tracing::Span::current().record("request_id", id);
+    }
+    let mut response = next.run(request).await;
+    if let Some(id) = request_id
+        && !response.headers().contains_key("x-request-id")
+    {
+        response
+            .headers_mut()
+            .insert(HeaderName::from_static("x-request-id"), id);
+    }
     if !response.status().is_success()
         || !is_json(response.headers())
         || response.extensions().get::<Verbatim>().is_some()

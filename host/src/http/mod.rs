@@ -95,7 +95,13 @@ impl Routes {
         role: Role,
         h: H,
     ) -> Self {
-        self.add(&["POST"], path, role, post(h), openapi::Operation::of::<H, T>())
+        self.add(
+            &["POST"],
+            path,
+            role,
+            post(h),
+            openapi::Operation::of::<H, T>(),
+        )
     }
     fn get<H: Handler<T, AppState> + openapi::Describe<T>, T: 'static>(
         self,
@@ -103,7 +109,13 @@ impl Routes {
         role: Role,
         h: H,
     ) -> Self {
-        self.add(&["GET"], path, role, get(h), openapi::Operation::of::<H, T>())
+        self.add(
+            &["GET"],
+            path,
+            role,
+            get(h),
+            openapi::Operation::of::<H, T>(),
+        )
     }
     fn get_post<H: Handler<T, AppState> + openapi::Describe<T> + Clone, T: 'static>(
         self,
@@ -277,7 +289,8 @@ pub fn route_table() -> Vec<RouteInfo> {
 
 /// The full service: routes plus the cross-cutting layers, outermost first: request id,
 /// tracing span, metrics, `phalanx-version`, error rendering, body timeout, whole-server
-/// admission, context mapping, credentials, per-tenant admission, panics, body limit. Trailing
+/// admission, context mapping, `phalanx-version` again (so answers mirror it), credentials,
+/// per-tenant admission and fair run slots, panics, fault injection, body limit. Trailing
 /// slashes are ignored.
 pub fn service(
     state: AppState,
@@ -307,6 +320,8 @@ pub fn service(
             state.clone(),
             auth::authenticate,
         ))
+        // Inside the context mapping, so that answers mirror `phalanx-version` into `context`.
+        .layer(middleware::from_fn(response_headers))
         .layer(middleware::from_fn(context::map_context))
         .layer(middleware::from_fn_with_state(
             state.clone(),
@@ -316,8 +331,12 @@ pub fn service(
             body_timeout,
         ))
         .layer(middleware::from_fn(errors::render_errors))
+        // Again outside, for answers made before the context layer (overload refusals).
         .layer(middleware::from_fn(response_headers))
-        .layer(middleware::from_fn_with_state(state, observe::record_metrics))
+        .layer(middleware::from_fn_with_state(
+            state,
+            observe::record_metrics,
+        ))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(
             TraceLayer::new_for_http()
