@@ -188,7 +188,11 @@ fn scraped(app: &App) -> Registry {
         ConstCounter::new(stats.instances_discarded),
     );
     let per_tenant = runtime.call_stats();
-    type UdfFamily = (&'static str, &'static str, fn(&lancet_udf::CallStats) -> u64);
+    type UdfFamily = (
+        &'static str,
+        &'static str,
+        fn(&lancet_udf::CallStats) -> u64,
+    );
     let families: [UdfFamily; 6] = [
         ("udf_calls", "UDF guest calls", |s| s.calls),
         ("udf_rows", "Rows passed to UDF guest calls", |s| s.rows),
