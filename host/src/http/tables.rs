@@ -198,12 +198,27 @@ pub async fn drop(
     let location = target.catalog.locate(&target.id).await?;
     let _guard = target.catalog.commit_lock.lock().await;
     let _writes = app.store.write_lock(&location, None).await;
-    let response = target
-        .catalog
-        .ns()
-        .drop_table(request)
-        .await
-        .map_err(|e| not_found_as_table(e, &target.id))?;
+    let response = match target.catalog.ns().drop_table(request).await {
+        Ok(response) => response,
+        // lance-namespace (14.0.2) removes the catalog entry, then the directory at its stored
+        // location joined onto its base path, which percent-encodes the (already encoded)
+        // location again: for an id with characters a URL escapes (`é`, `{`) the directory is
+        // "not found" and the drop was a 500 that left the files behind. The entry is gone by
+        // then; remove the directory by its URI.
+        Err(e) if e.to_string().contains("Failed to delete table directory") => {
+            tracing::info!(table = %target.name(), "removing the table directory by its URI");
+            let (store, path) = lance::io::ObjectStore::from_uri(&location)
+                .await
+                .map_err(ApiError::from)?;
+            store.remove_dir_all(path).await.map_err(ApiError::from)?;
+            lance_namespace::models::DropTableResponse {
+                id: Some(target.id.clone()),
+                location: Some(location.clone()),
+                ..Default::default()
+            }
+        }
+        Err(e) => return Err(not_found_as_table(e, &target.id)),
+    };
     target.catalog.invalidate(&target.id);
     app.store.forget(&location);
     respond(response)
