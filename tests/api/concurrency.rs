@@ -317,7 +317,7 @@ async fn concurrent_writers_on_main_and_branches_match_the_acknowledged_writes()
         for k in 0..CLIENTS_PER_TARGET {
             let n = t * CLIENTS_PER_TARGET + k;
             let mut c = Client {
-                h: if n % 2 == 0 { &s } else { &other }.with_key(ADMIN_KEY),
+                h: if n.is_multiple_of(2) { &s } else { &other }.with_key(ADMIN_KEY),
                 n,
                 branch: branch.map(str::to_string),
                 model: BTreeMap::new(),
