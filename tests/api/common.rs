@@ -378,6 +378,11 @@ pub fn sample_schema() -> Arc<Schema> {
 pub fn sample(start: i64, n: i64) -> RecordBatch {
     let ids: Vec<i64> = (start..start + n).collect();
     let texts: Vec<String> = ids.iter().map(|i| format!("row {i}")).collect();
+    rows(&ids, &texts)
+}
+
+/// Rows with these ids and texts in the sample schema (`vec` derived from the id).
+pub fn rows(ids: &[i64], texts: &[String]) -> RecordBatch {
     let values: Vec<f32> = ids
         .iter()
         .flat_map(|i| [*i as f32, 0.0, 1.0, (*i % 3) as f32])
@@ -392,8 +397,8 @@ pub fn sample(start: i64, n: i64) -> RecordBatch {
     RecordBatch::try_new(
         sample_schema(),
         vec![
-            Arc::new(Int64Array::from(ids)),
-            Arc::new(StringArray::from(texts)),
+            Arc::new(Int64Array::from(ids.to_vec())),
+            Arc::new(StringArray::from(texts.to_vec())),
             Arc::new(vec),
         ],
     )

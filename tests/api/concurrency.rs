@@ -8,11 +8,8 @@
 //! Runs ~6 s by default; `LANCET_SOAK_SECS=600` makes it a soak, printing what it did.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use arrow_array::{FixedSizeListArray, Float32Array, Int64Array, RecordBatch, StringArray};
-use arrow_schema::{DataType, Field};
 use serde_json::{Value, json};
 
 use crate::common::*;
@@ -23,30 +20,6 @@ const CLIENTS_PER_TARGET: usize = 3;
 const BASE: i64 = 50;
 /// Client `c` owns ids `(c + 1) * SPAN ..`.
 const SPAN: i64 = 1_000_000;
-
-/// Rows with these ids and texts, in the sample schema (id, text, vec).
-fn rows(ids: &[i64], texts: &[String]) -> RecordBatch {
-    let values: Vec<f32> = ids
-        .iter()
-        .flat_map(|i| [*i as f32, 0.0, 1.0, (*i % 3) as f32])
-        .collect();
-    let vec = FixedSizeListArray::try_new(
-        Arc::new(Field::new("item", DataType::Float32, true)),
-        4,
-        Arc::new(Float32Array::from(values)),
-        None,
-    )
-    .unwrap();
-    RecordBatch::try_new(
-        sample_schema(),
-        vec![
-            Arc::new(Int64Array::from(ids.to_vec())),
-            Arc::new(StringArray::from(texts.to_vec())),
-            Arc::new(vec),
-        ],
-    )
-    .unwrap()
-}
 
 /// A small deterministic generator (no extra dependency; a seed per client).
 pub struct Rng(u64);
