@@ -130,3 +130,20 @@ async fn exact_search_from_memory_matches_lance_and_follows_writes() {
         .await;
     assert_eq!(ids(&rows), vec![50, 49]);
 }
+
+/// `limit` is `k` by another name; two that disagree are refused, not one of them dropped.
+#[tokio::test]
+async fn limit_is_k_by_another_name() {
+    let s = Server::start().await;
+    s.create_table("l", 20).await;
+    let rows = s.query("l", json!({"filter": "id >= 5", "limit": 3})).await;
+    assert_eq!(ids(&rows).len(), 3);
+    let (status, body) = s
+        .post("/v1/table/l/query", json!({"k": 3, "limit": 4}))
+        .await;
+    assert_error(status, &body, 400, 13);
+    assert!(
+        body["detail"].as_str().unwrap().contains("disagree"),
+        "{body}"
+    );
+}

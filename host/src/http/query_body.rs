@@ -282,6 +282,8 @@ pub struct QueryFields {
     prefilter: Option<bool>,
     /// Most rows returned.
     k: Option<u64>,
+    /// Another name for `k` (it must agree with `k` when both are given).
+    limit: Option<u64>,
     offset: Option<u64>,
     columns: Option<ColumnsField>,
     with_row_id: Option<bool>,
@@ -342,6 +344,17 @@ pub struct PlanFields {
     verbose: Option<bool>,
 }
 
+/// `k`, or `limit` as clients that think of a query as a scan send it; never silently one of
+/// two that disagree.
+fn row_limit(body: &Value) -> ApiResult<Option<usize>> {
+    match (uint(body, "k")?, uint(body, "limit")?) {
+        (Some(k), Some(limit)) if k != limit => Err(ApiError::invalid(format!(
+            "k ({k}) and limit ({limit}) disagree; send one of them"
+        ))),
+        (k, limit) => Ok(k.or(limit)),
+    }
+}
+
 pub fn parse(body: &Value) -> ApiResult<QuerySpec> {
     if !body.is_object() {
         return Err(ApiError::invalid("the query body must be a JSON object"));
@@ -389,7 +402,7 @@ pub fn parse(body: &Value) -> ApiResult<QuerySpec> {
             .flatten(),
         filter: string(body, "filter")?.filter(|f| !f.trim().is_empty()),
         prefilter: boolean(body, "prefilter")?,
-        k: uint(body, "k")?,
+        k: row_limit(body)?,
         offset: uint(body, "offset")?,
         projection: field(body, "columns")
             .map(parse_columns)
@@ -429,6 +442,10 @@ mod tests {
                 .is_err()
         );
         assert!(parse(&json!({"k": -1})).is_err());
+        assert_eq!(parse(&json!({"limit": 7})).unwrap().k, Some(7));
+        assert_eq!(parse(&json!({"k": 7, "limit": 7})).unwrap().k, Some(7));
+        assert!(parse(&json!({"k": 7, "limit": 8})).is_err());
+        assert!(parse(&json!({"limit": -1})).is_err());
         assert!(parse(&json!({"vector": [1.0], "distance_type": "manhattan"})).is_err());
         assert!(parse(&json!({"full_text_query": {"string_query": {"query": "a"}, "structured_query": {"query": {"match": {"terms": "a"}}}}})).is_err());
     }
@@ -479,7 +496,7 @@ mod props {
                 "nprobes", "minimum_nprobes", "maximum_nprobes", "ef", "refine_factor",
                 "lower_bound", "upper_bound", "bypass_vector_index", "full_text_query",
                 "string_query", "structured_query", "query", "columns", "column_names",
-                "column_aliases", "filter", "prefilter", "k", "offset", "with_row_id",
+                "column_aliases", "filter", "prefilter", "k", "limit", "offset", "with_row_id",
                 "fast_search", "match", "terms", "column", "boost", "fuzziness", "phrase",
                 "multi_match", "boolean", "must", "should", "must_not", "operator",
             ])
