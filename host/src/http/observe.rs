@@ -72,9 +72,9 @@ pub async fn record_metrics(State(app): State<AppState>, request: Request, next:
             }))
         })
     };
-    app.metrics.in_flight.inc();
+    let in_flight = InFlight::enter(&app);
     let response = next.run(request).await;
-    app.metrics.in_flight.dec();
+    drop(in_flight);
     let tenant = response
         .extensions()
         .get::<ServedTenant>()
@@ -110,6 +110,23 @@ pub async fn record_metrics(State(app): State<AppState>, request: Request, next:
             frame
         }))
     })
+}
+
+/// Counts a request in flight until dropped, so a request whose client went away (its
+/// future dropped mid-way) is not counted forever.
+struct InFlight(AppState);
+
+impl InFlight {
+    fn enter(app: &AppState) -> Self {
+        app.metrics.in_flight.inc();
+        Self(app.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.metrics.in_flight.dec();
+    }
 }
 
 /// The answer to a request whose handler panicked: a 500 in the spec's shape. The panic hook
