@@ -1,0 +1,116 @@
+//! The query parameters the handlers read, by name.
+use super::{Kind, Param};
+
+/// Headers every `/v1` route honours (the auth layer reads them).
+pub const DATABASE: Param = Param {
+    header: true,
+    ..Param::new(
+        "x-service-database",
+        Kind::Text,
+        "Database: every id of the request is relative to this top-level namespace.",
+    )
+};
+pub const LANCEDB_DATABASE: Param = Param {
+    header: true,
+    ..Param::new(
+        "x-lancedb-database",
+        Kind::Text,
+        "As x-service-database (the lancedb SDK's name); also selects the lancedb SDK's \
+         answer shapes where clients disagree.",
+    )
+};
+pub const DELIMITER: Param = Param::new(
+    "delimiter",
+    Kind::Text,
+    "Delimiter between the parts of `{id}` (default `$`).",
+);
+pub const BRANCH: Param = Param::new(
+    "branch",
+    Kind::Text,
+    "Branch to act on (default: main). A JSON body's `branch` wins.",
+);
+pub const VERSION: Param = Param::new(
+    "version",
+    Kind::Count,
+    "Table version to read (default: the latest). A JSON body's `version` wins.",
+);
+pub const LIMIT: Param = Param::new(
+    "limit",
+    Kind::Count,
+    "Most entries in one page. A JSON body's `limit` wins.",
+);
+pub const PAGE_TOKEN: Param = Param::new(
+    "page_token",
+    Kind::Text,
+    "The previous page's `page_token`. A JSON body's `page_token` wins.",
+);
+pub const INCLUDE_DECLARED: Param = Param::new(
+    "include_declared",
+    Kind::Flag,
+    "List declared-only tables too.",
+);
+pub const DESCENDING: Param = Param::new("descending", Kind::Flag, "Newest version first.");
+pub const CREATE_MODE: Param = Param::new(
+    "mode",
+    Kind::Choice(&["create", "overwrite", "exist_ok"]),
+    "What to do when the table exists (default create: 409).",
+);
+pub const PROPERTIES: Param = Param::new(
+    "properties",
+    Kind::JsonObject,
+    "Table properties, a JSON object of strings.",
+);
+pub const INSERT_MODE: Param = Param::new(
+    "mode",
+    Kind::Choice(&["append", "overwrite"]),
+    "Append rows (default) or replace them all.",
+);
+pub const ON: Param = Param {
+    required: true,
+    ..Param::new("on", Kind::Repeated, "Key columns to match rows on.")
+};
+pub const WHEN_MATCHED_UPDATE_ALL: Param = Param::new(
+    "when_matched_update_all",
+    Kind::Flag,
+    "Update matched rows (default false).",
+);
+pub const WHEN_MATCHED_UPDATE_ALL_FILT: Param = Param::new(
+    "when_matched_update_all_filt",
+    Kind::Text,
+    "Only update matched rows for which this SQL condition holds.",
+);
+pub const WHEN_NOT_MATCHED_INSERT_ALL: Param = Param::new(
+    "when_not_matched_insert_all",
+    Kind::Flag,
+    "Insert unmatched rows (default true).",
+);
+pub const WHEN_NOT_MATCHED_BY_SOURCE_DELETE: Param = Param::new(
+    "when_not_matched_by_source_delete",
+    Kind::Flag,
+    "Delete table rows the input does not match (default false).",
+);
+pub const WHEN_NOT_MATCHED_BY_SOURCE_DELETE_FILT: Param = Param::new(
+    "when_not_matched_by_source_delete_filt",
+    Kind::Text,
+    "Only delete unmatched table rows for which this SQL condition holds.",
+);
+pub const TIMEOUT: Param = Param::new(
+    "timeout",
+    Kind::Text,
+    "How long to retry on commit conflicts, a duration such as 30s or 5m.",
+);
+pub const USE_INDEX: Param = Param::new(
+    "use_index",
+    Kind::Flag,
+    "Whether the join may use a scalar index on the key.",
+);
+pub const TABLE_ID: Param = Param::new(
+    "table_id",
+    Kind::Text,
+    "Only jobs of this table (its id joined by `delimiter`).",
+);
+pub const JOB_STATE: Param = Param::new(
+    "job_state",
+    Kind::Choice(&["IN_PROGRESS", "DONE", "FAILED", "CANCELLED"]),
+    "Only jobs in this state.",
+);
