@@ -6,6 +6,7 @@ mod auth;
 mod batch;
 mod concurrency;
 mod crash;
+mod crash_support;
 mod data;
 mod errors;
 mod history;
