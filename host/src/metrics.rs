@@ -226,14 +226,3 @@ fn scraped(app: &App) -> Registry {
     }
     r
 }
-
-impl Metrics {
-    /// Counts a request body's bytes as they arrive.
-    pub fn count_in(&self, labels: &RouteLabels, n: usize) {
-        self.bytes_in.get_or_create(labels).inc_by(n as u64);
-    }
-
-    pub fn count_out(&self, labels: &RouteLabels, n: usize) {
-        self.bytes_out.get_or_create(labels).inc_by(n as u64);
-    }
-}

@@ -99,13 +99,17 @@ pub async fn record_metrics(State(app): State<AppState>, request: Request, next:
         .latency
         .get_or_create(&labels)
         .observe(start.elapsed().as_secs_f64());
-    metrics.count_in(&labels, bytes_in.load(Ordering::Relaxed) as usize);
-    // Answers may stream after this returns: count their bytes as they go.
-    let app = app.clone();
+    metrics
+        .bytes_in
+        .get_or_create(&labels)
+        .inc_by(bytes_in.load(Ordering::Relaxed));
+    // Answers may stream after this returns: count their bytes as they go, on a counter looked
+    // up once (it shares its value with the family's).
+    let bytes_out = metrics.bytes_out.get_or_create(&labels).clone();
     response.map(move |body| {
         Body::new(body.map_frame(move |frame| {
             if let Some(data) = frame.data_ref() {
-                app.metrics.count_out(&labels, data.len());
+                bytes_out.inc_by(data.len() as u64);
             }
             frame
         }))
