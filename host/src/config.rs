@@ -64,6 +64,42 @@ pub struct ServeConfig {
     /// Open connections accepted at once; more are closed as soon as they are accepted.
     #[arg(long, env = "LANCET_MAX_CONNECTIONS", default_value_t = 4096)]
     pub max_connections: usize,
+    /// Background table upkeep (compaction, index upkeep, version cleanup) of tables written
+    /// through this server.
+    #[arg(long, env = "LANCET_UPKEEP", default_value_t = true, action = clap::ArgAction::Set)]
+    pub upkeep: bool,
+    /// How often watched tables are checked against the upkeep policy.
+    #[arg(long, env = "LANCET_UPKEEP_INTERVAL", value_parser = humantime::parse_duration, default_value = "10s")]
+    pub upkeep_interval: std::time::Duration,
+    /// Upkeep jobs run at once in this server (each rewrites with one thread).
+    #[arg(long, env = "LANCET_UPKEEP_CONCURRENCY", default_value_t = 1)]
+    pub upkeep_concurrency: usize,
+    /// Compact a table once this many of its fragments hold fewer rows than the target.
+    #[arg(long, env = "LANCET_UPKEEP_MIN_SMALL_FRAGMENTS", default_value_t = 16)]
+    pub upkeep_min_small_fragments: usize,
+    /// Compaction target: fragments with fewer live rows are merged.
+    #[arg(long, env = "LANCET_UPKEEP_TARGET_ROWS_PER_FRAGMENT", default_value_t = 1 << 20)]
+    pub upkeep_target_rows_per_fragment: u64,
+    /// A fragment with at least this share of deleted rows is rewritten without them.
+    #[arg(long, env = "LANCET_UPKEEP_DELETED_SHARE", default_value_t = 0.1)]
+    pub upkeep_deleted_share: f64,
+    /// Fold new rows into a table's indexes once this many are unindexed.
+    #[arg(long, env = "LANCET_UPKEEP_MIN_UNINDEXED_ROWS", default_value_t = 1)]
+    pub upkeep_min_unindexed_rows: u64,
+    /// Retrain a vector index once rows added since its training reach this share of the
+    /// rows it was trained on (below it, new rows are appended to it).
+    #[arg(long, env = "LANCET_UPKEEP_RETRAIN_SHARE", default_value_t = 0.5)]
+    pub upkeep_retrain_share: f64,
+    /// Merge an index's segments once it has more than this many.
+    #[arg(long, env = "LANCET_UPKEEP_MAX_INDEX_SEGMENTS", default_value_t = 4)]
+    pub upkeep_max_index_segments: usize,
+    /// Versions younger than this are kept by cleanup (tagged versions and the versions
+    /// branches start from are always kept).
+    #[arg(long, env = "LANCET_UPKEEP_RETENTION", value_parser = humantime::parse_duration, default_value = "1h")]
+    pub upkeep_retention: std::time::Duration,
+    /// A table's old versions are cleaned at most this often.
+    #[arg(long, env = "LANCET_UPKEEP_CLEANUP_INTERVAL", value_parser = humantime::parse_duration, default_value = "5m")]
+    pub upkeep_cleanup_interval: std::time::Duration,
     /// A bearer token that lets non-loopback clients read `/metrics` (loopback clients need
     /// none). Without it, `/metrics` answers loopback clients only.
     #[arg(long, env = "LANCET_METRICS_TOKEN")]
@@ -78,6 +114,23 @@ pub enum LogFormat {
 }
 
 impl ServeConfig {
+    /// The upkeep policy the `--upkeep-*` flags describe.
+    pub fn upkeep_policy(&self) -> crate::upkeep::UpkeepPolicy {
+        crate::upkeep::UpkeepPolicy {
+            enabled: self.upkeep,
+            min_small_fragments: self.upkeep_min_small_fragments,
+            min_unindexed_rows: self.upkeep_min_unindexed_rows,
+            cleanup_interval: self.upkeep_cleanup_interval,
+            thresholds: crate::jobs::optimize::Thresholds {
+                target_rows_per_fragment: self.upkeep_target_rows_per_fragment.max(1),
+                deleted_share: self.upkeep_deleted_share.max(0.0),
+                retrain_share: self.upkeep_retrain_share.max(0.0),
+                max_index_segments: self.upkeep_max_index_segments.max(1),
+                retention_secs: self.upkeep_retention.as_secs(),
+            },
+        }
+    }
+
     /// The catalog root as a URI lance understands (local paths made absolute).
     /// The settings `lancet serve ARGS...` would run with (flags over environment over
     /// defaults); for programs that embed the server.
@@ -131,6 +184,9 @@ pub struct TenantSettings {
     /// Requests served at once for this tenant, replacing `--tenant-max-in-flight`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_in_flight: Option<usize>,
+    /// Background upkeep knobs replacing the server's `--upkeep-*` flags.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upkeep: Option<crate::upkeep::UpkeepOverride>,
 }
 
 pub type TenantTable = BTreeMap<String, TenantSettings>;

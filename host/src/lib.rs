@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod server;
 pub mod store;
 pub mod tenants;
+pub mod upkeep;
 pub mod virtual_columns;
 
 use auth::Authenticator;
@@ -35,6 +36,8 @@ pub struct App {
     pub store: Store,
     pub virtual_columns: VirtualColumns,
     pub jobs: jobs::JobManager,
+    /// Background compaction, index upkeep and version cleanup.
+    pub upkeep: upkeep::Upkeep,
     pub metrics: metrics::Metrics,
     /// Bounds on requests in flight and on body memory.
     pub admission: http::overload::Admission,

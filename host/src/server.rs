@@ -18,7 +18,8 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
     let session = Arc::new(Session::default());
     let (auth, tenant_limits) = authenticator(config)?;
     let runtime = lancet_udf::Runtime::new(udf_config(config, &root))?;
-    let jobs = crate::jobs::JobManager::open(local_dir(config, &root, "_jobs"))?;
+    let jobs = crate::jobs::JobManager::open(local_dir(config, &root, "_jobs"))?
+        .with_upkeep_concurrency(config.upkeep_concurrency);
     Ok(Arc::new(App {
         tenants: Tenants::new(&root, session.clone()),
         auth,
@@ -30,6 +31,7 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
         store: Store::new(session, config.vector_cache_mb << 20),
         virtual_columns: VirtualColumns::with_tenant_limits(Arc::new(runtime), &tenant_limits),
         jobs,
+        upkeep: crate::upkeep::Upkeep::new(config.upkeep_policy(), config.upkeep_interval),
         metrics: Default::default(),
         admission: http::overload::Admission::new(http::overload::Bounds {
             max_in_flight: config.max_in_flight,
@@ -114,6 +116,7 @@ pub async fn serve(config: ServeConfig) -> anyhow_like::Result<()> {
     let app = build_app(&config).await?;
     // Jobs a previous process left unfinished carry on (they only need the store and runtime).
     app.jobs.resume_all(&app);
+    tokio::spawn(crate::upkeep::Upkeep::run(app.clone()));
     let listener = TcpListener::bind(config.addr).await?;
     let addr = listener.local_addr()?;
     // Scripts and tests read this line to learn the port.

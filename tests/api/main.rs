@@ -19,3 +19,4 @@ mod operability;
 mod protocol;
 mod query;
 mod udf;
+mod upkeep;

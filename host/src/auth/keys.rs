@@ -76,8 +76,13 @@ impl AuthFile {
             Ok(text) => {
                 let file: AuthFile =
                     toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-                for name in file.tenants.keys() {
+                for (name, settings) in &file.tenants {
                     check_tenant_name(name).map_err(|e| format!("[tenants.{name}]: {e}"))?;
+                    if let Some(upkeep) = &settings.upkeep {
+                        upkeep
+                            .validate()
+                            .map_err(|e| format!("[tenants.{name}]: {e}"))?;
+                    }
                 }
                 for k in &file.keys {
                     check_tenant_name(&k.tenant).map_err(|e| format!("key {}: {e}", k.id))?;

@@ -86,12 +86,23 @@ pub async fn list(
     target.check_body_id(&body.common.id)?;
     let (limit, token) = page(&target.params, body.limit, body.page_token.clone())?;
     let location = target.catalog.locate(&target.id).await?;
-    let entries = app
-        .store
-        .list_indexes(&location, &at(&target, &body)?)
-        .await?;
+    let at = at(&target, &body)?;
+    let entries = app.store.list_indexes(&location, &at).await?;
     let (entries, next) = paginate(entries, limit, token.as_deref());
-    let indexes: Vec<Value> = entries.into_iter().map(|(_, v)| v).collect();
+    // Rows not yet indexed are INDEXING while upkeep is on them (or will be: upkeep is on
+    // for the tenant), PENDING when only an optimize request would fold them in.
+    let latest = at.version.is_none();
+    let upkeep_on = app.upkeep.policy_for(&app, target.caller.tenant()).enabled;
+    let indexing = latest && (upkeep_on || app.jobs.indexing(&location, at.branch.as_deref()));
+    let indexes: Vec<Value> = entries
+        .into_iter()
+        .map(|(_, mut v)| {
+            if indexing && v["status"] == "PENDING" {
+                v["status"] = json!("INDEXING");
+            }
+            v
+        })
+        .collect();
     Ok(reply(json!({ "indexes": indexes, "page_token": next })))
 }
 

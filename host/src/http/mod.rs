@@ -24,6 +24,7 @@ pub mod overload;
 mod query;
 mod query_body;
 mod tables;
+mod upkeep;
 mod versions;
 
 use std::sync::Arc;
@@ -77,6 +78,18 @@ impl Routes {
         handler: MethodRouter<AppState>,
         doc: openapi::Operation,
     ) -> Self {
+        // Writes to a table tell the upkeep scheduler to watch it (not those that remove or
+        // move it: there is nothing left to keep up at that id).
+        let handler = if role != Role::Read
+            && path.starts_with("/v1/table/{id}/")
+            && !["/drop", "/deregister", "/rename"]
+                .iter()
+                .any(|s| path.ends_with(s))
+        {
+            handler.route_layer(middleware::from_fn(upkeep::note_writes))
+        } else {
+            handler
+        };
         let guarded = handler.route_layer(middleware::from_fn_with_state(role, auth::require));
         self.router = self.router.route(path, guarded);
         let first = self.table.len();
@@ -271,6 +284,8 @@ fn build() -> Routes {
         jobs::backfill_column,
     )
     .params(&[BRANCH])
+    .post("/v1/table/{id}/optimize", Write, upkeep::optimize)
+    .params(&[BRANCH])
     .post("/v1/jobs/describe", Read, jobs::describe)
     .get_post("/v1/jobs/list", Read, jobs::list)
     .params(&[LIMIT, PAGE_TOKEN, TABLE_ID, JOB_STATE, DELIMITER])
@@ -304,6 +319,8 @@ pub fn service(
         .route("/metrics", get(metrics))
         .fallback(errors::no_route)
         .with_state(state.clone())
+        // For middleware that is not given the state (`upkeep::note_writes`).
+        .layer(axum::Extension(state.clone()))
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn_with_state(
             state.clone(),

@@ -153,7 +153,7 @@ fn result_of(r: &super::state::JobRecord) -> serde_json::Value {
         "fragments_committed": committed,
         "fragments_skipped": skipped,
         "commits": r.commits,
-        "read_version": r.spec.read_version,
+        "read_version": r.spec.backfill().map(|s| s.read_version),
         "version": version,
     })
 }
@@ -195,7 +195,9 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
         panic!("fault injected by LANCET_FAULT_JOB_PANIC");
     }
     let record = job.snapshot();
-    let spec = record.spec.clone();
+    let Some(spec) = record.spec.backfill().cloned() else {
+        return Err(failed("prepare", "not a backfill job"));
+    };
     let (source, udf) = prepare(app, &record.location, &spec)
         .await
         .map_err(|e| failed("prepare", e.message))?;

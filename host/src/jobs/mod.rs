@@ -1,9 +1,10 @@
-//! Background jobs (today: column backfills). The manager keeps every job's record in memory
+//! Background jobs: column backfills and table upkeep (`optimize`). The manager keeps every job's record in memory
 //! and on disk (see `state`), starts runners as tokio tasks, resumes unfinished jobs when the
 //! server starts, and answers describe/list/cancel. Jobs belong to a tenant: another tenant
 //! neither sees nor cancels them.
 
 mod backfill;
+pub mod optimize;
 pub mod spec;
 pub mod state;
 pub mod watch;
@@ -20,7 +21,8 @@ use serde_json::{Value, json};
 use crate::App;
 use crate::error::{ApiError, ApiResult};
 use crate::store::At;
-use spec::{BackfillOptions, BackfillSpec};
+use optimize::{OPTIMIZE, OptimizeSpec};
+use spec::{BackfillOptions, BackfillSpec, JobSpec};
 use state::{FragmentStatus, JobDir, JobRecord, JobState};
 
 pub const BACKFILL: &str = "backfill";
@@ -73,6 +75,50 @@ impl Job {
     /// The describe answer: the shape the lancedb SDK polls, plus `progress`.
     fn describe(&self) -> Value {
         let r = self.snapshot();
+        let failure = r
+            .failure
+            .as_ref()
+            .map(|f| json!({"phase": f.phase, "message": f.message, "retryable": f.retryable}));
+        let progress = match &r.spec {
+            JobSpec::Backfill(_) => self.backfill_progress(&r),
+            JobSpec::Optimize(spec) => {
+                let done = spec
+                    .actions
+                    .iter()
+                    .filter(|p| r.steps.contains_key(p.name()))
+                    .count();
+                let current = (!r.state.is_terminal())
+                    .then(|| {
+                        spec.actions
+                            .iter()
+                            .find(|p| !r.steps.contains_key(p.name()))
+                    })
+                    .flatten()
+                    .map(|p| p.name());
+                json!({
+                    "phases_done": done,
+                    "phases_total": spec.actions.len(),
+                    "phase": current,
+                    "steps": r.steps,
+                })
+            }
+        };
+        json!({
+            "job_id": r.job_id,
+            "job_type": r.job_type,
+            "job_state": r.state,
+            "creation_ms": r.creation_ms,
+            "finish_ms": r.finish_ms,
+            "table": r.spec.table_id(),
+            "spec": r.spec,
+            // The SDK treats a result on an unfinished job as a protocol error.
+            "result": if r.state == JobState::Done { r.result.clone() } else { None },
+            "failure": failure,
+            "progress": progress,
+        })
+    }
+
+    fn backfill_progress(&self, r: &JobRecord) -> Value {
         let (rows_total, fragments_total, fragments_done) = match &r.plan {
             Some(p) => (
                 p.fragments.iter().map(|f| f.selected_rows).sum::<u64>(),
@@ -89,30 +135,14 @@ impl Job {
             ),
             None => (0, 0, 0),
         };
-        let failure = r
-            .failure
-            .as_ref()
-            .map(|f| json!({"phase": f.phase, "message": f.message, "retryable": f.retryable}));
         json!({
-            "job_id": r.job_id,
-            "job_type": r.job_type,
-            "job_state": r.state,
-            "creation_ms": r.creation_ms,
-            "finish_ms": r.finish_ms,
-            "table": r.spec.table_id,
-            "spec": r.spec,
-            // The SDK treats a result on an unfinished job as a protocol error.
-            "result": if r.state == JobState::Done { r.result.clone() } else { None },
-            "failure": failure,
-            "progress": {
-                "rows_done": self.progress.rows_done.load(Ordering::Relaxed),
-                "rows_total": rows_total,
-                "rows_nulled": self.progress.rows_nulled.load(Ordering::Relaxed),
-                "fragments_done": fragments_done,
-                "fragments_total": fragments_total,
-                "commits": r.commits,
-                "planned": r.plan.is_some(),
-            },
+            "rows_done": self.progress.rows_done.load(Ordering::Relaxed),
+            "rows_total": rows_total,
+            "rows_nulled": self.progress.rows_nulled.load(Ordering::Relaxed),
+            "fragments_done": fragments_done,
+            "fragments_total": fragments_total,
+            "commits": r.commits,
+            "planned": r.plan.is_some(),
         })
     }
 
@@ -122,7 +152,7 @@ impl Job {
         // The SDK's list rows name these differently from describe.
         row["state"] = json!(r.state);
         row["created_at_millis"] = json!(r.creation_ms);
-        row["table"] = json!(r.spec.table_id.join("$"));
+        row["table"] = json!(r.spec.table_id().join("$"));
         row
     }
 }
@@ -130,6 +160,8 @@ impl Job {
 pub struct JobManager {
     root: PathBuf,
     jobs: Mutex<BTreeMap<String, Arc<Job>>>,
+    /// Upkeep jobs running at once (the rest wait their turn).
+    upkeep_slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl JobManager {
@@ -160,7 +192,14 @@ impl JobManager {
         Ok(Self {
             root,
             jobs: Mutex::new(jobs),
+            upkeep_slots: Arc::new(tokio::sync::Semaphore::new(1)),
         })
+    }
+
+    /// How many upkeep jobs may run at once (at least one).
+    pub fn with_upkeep_concurrency(mut self, n: usize) -> Self {
+        self.upkeep_slots = Arc::new(tokio::sync::Semaphore::new(n.max(1)));
+        self
     }
 
     pub fn root(&self) -> &std::path::Path {
@@ -188,8 +227,12 @@ impl JobManager {
             .cloned()
             .collect();
         for job in unfinished {
-            tracing::info!(job_id = %job.snapshot().job_id, "resuming job");
-            tokio::spawn(backfill::run(app.clone(), job));
+            let r = job.snapshot();
+            tracing::info!(job_id = %r.job_id, job_type = %r.job_type, "resuming job");
+            match r.spec {
+                JobSpec::Backfill(_) => tokio::spawn(backfill::run(app.clone(), job)),
+                JobSpec::Optimize(_) => tokio::spawn(optimize::run(app.clone(), job)),
+            };
         }
     }
 
@@ -221,44 +264,100 @@ impl JobManager {
             "job-{creation_ms:013}-{}",
             &uuid::Uuid::new_v4().simple().to_string()[..8]
         );
-        let record = JobRecord {
-            job_id: job_id.clone(),
-            job_type: BACKFILL.to_string(),
-            tenant: tenant.to_string(),
-            location: location.clone(),
-            state: JobState::InProgress,
-            creation_ms,
-            finish_ms: None,
-            spec,
-            plan: None,
-            commits: 0,
-            failure: None,
-            result: None,
-            cancel_requested: false,
-        };
+        let column = spec.column.clone();
+        let record = new_record(&job_id, BACKFILL, tenant, location, JobSpec::Backfill(spec));
+        let job = self.insert_unless(record, |other| {
+            other
+                .spec
+                .backfill()
+                .is_some_and(|s| s.column == column)
+                .then(|| {
+                    format!(
+                        "column '{column}' already has a backfill in progress (job {})",
+                        other.job_id
+                    )
+                })
+        })?;
+        tokio::spawn(backfill::run(app.clone(), job));
+        Ok(job_id)
+    }
+
+    /// Record an upkeep job and start it (it waits for an upkeep slot). One upkeep job per
+    /// (table, branch) at a time: another is refused (409) while one is in progress.
+    pub fn submit_optimize(
+        &self,
+        app: &Arc<App>,
+        tenant: &str,
+        location: String,
+        spec: OptimizeSpec,
+    ) -> ApiResult<String> {
+        let job_id = format!(
+            "job-{:013}-{}",
+            now_ms(),
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        let record = new_record(&job_id, OPTIMIZE, tenant, location, JobSpec::Optimize(spec));
+        let job = self.insert_unless(record, |other| {
+            matches!(other.spec, JobSpec::Optimize(_)).then(|| {
+                format!(
+                    "the table already has an upkeep job in progress (job {})",
+                    other.job_id
+                )
+            })
+        })?;
+        tokio::spawn(optimize::run(app.clone(), job));
+        Ok(job_id)
+    }
+
+    /// Make `record` durable and known, unless `conflict` names a reason against it among the
+    /// jobs in progress on the same (table, branch).
+    fn insert_unless(
+        &self,
+        record: JobRecord,
+        conflict: impl Fn(&JobRecord) -> Option<String>,
+    ) -> ApiResult<Arc<Job>> {
         let job = Arc::new(Job {
-            dir: JobDir::new(self.root.join(&job_id)),
+            dir: JobDir::new(self.root.join(&record.job_id)),
             record: Mutex::new(record.clone()),
             progress: Progress::default(),
             cancel: AtomicBool::new(false),
         });
-        {
-            let mut jobs = self.jobs.lock().unwrap();
-            if let Some(other) = jobs
-                .values()
-                .find(|j| same_column_running(&j.snapshot(), &record))
+        let mut jobs = self.jobs.lock().unwrap();
+        for other in jobs.values() {
+            let o = other.snapshot();
+            if o.state == JobState::InProgress
+                && o.location == record.location
+                && o.spec.branch() == record.spec.branch()
+                && let Some(why) = conflict(&o)
             {
-                return Err(ApiError::conflict(format!(
-                    "column '{}' already has a backfill in progress (job {})",
-                    record.spec.column,
-                    other.snapshot().job_id
-                )));
+                return Err(ApiError::conflict(why));
             }
-            job.dir.save(&record)?;
-            jobs.insert(job_id.clone(), job.clone());
         }
-        tokio::spawn(backfill::run(app.clone(), job));
-        Ok(job_id)
+        job.dir.save(&record)?;
+        jobs.insert(record.job_id.clone(), job.clone());
+        Ok(job)
+    }
+
+    /// Whether any job is in progress on (table, branch): the upkeep policy leaves such a
+    /// table alone (a compaction would make a running backfill skip the fragments it rewrote).
+    pub fn busy(&self, location: &str, branch: Option<&str>) -> bool {
+        self.jobs.lock().unwrap().values().any(|j| {
+            let r = j.snapshot();
+            r.state == JobState::InProgress && r.location == location && r.spec.branch() == branch
+        })
+    }
+
+    /// Whether an upkeep job is running the index phase on a table (index/list's `status`).
+    pub fn indexing(&self, location: &str, branch: Option<&str>) -> bool {
+        self.jobs.lock().unwrap().values().any(|j| {
+            let r = j.snapshot();
+            r.state == JobState::InProgress
+                && r.location == location
+                && r.spec.branch() == branch
+                && matches!(&r.spec, JobSpec::Optimize(s)
+                    if s.actions.contains(&optimize::Phase::Index)
+                        && !r.steps.contains_key(optimize::Phase::Index.name()))
+        })
     }
 
     pub fn describe(&self, tenant: &str, job_id: &str) -> ApiResult<Value> {
@@ -277,7 +376,7 @@ impl JobManager {
             .filter_map(|j| {
                 let r = j.snapshot();
                 let keep = r.tenant == tenant
-                    && table.is_none_or(|t| t == r.spec.table_id.as_slice())
+                    && table.is_none_or(|t| t == r.spec.table_id())
                     && state.is_none_or(|s| s == r.state);
                 keep.then(|| (r.job_id.clone(), j.list_row()))
             })
@@ -305,11 +404,29 @@ impl JobManager {
     }
 }
 
-fn same_column_running(a: &JobRecord, b: &JobRecord) -> bool {
-    a.state == JobState::InProgress
-        && a.location == b.location
-        && a.spec.branch == b.spec.branch
-        && a.spec.column == b.spec.column
+fn new_record(
+    job_id: &str,
+    job_type: &str,
+    tenant: &str,
+    location: String,
+    spec: JobSpec,
+) -> JobRecord {
+    JobRecord {
+        job_id: job_id.to_string(),
+        job_type: job_type.to_string(),
+        tenant: tenant.to_string(),
+        location,
+        state: JobState::InProgress,
+        creation_ms: now_ms(),
+        finish_ms: None,
+        spec,
+        plan: None,
+        steps: Default::default(),
+        commits: 0,
+        failure: None,
+        result: None,
+        cancel_requested: false,
+    }
 }
 
 /// Where a job reads: its branch at its pinned version.

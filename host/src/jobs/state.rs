@@ -13,7 +13,7 @@ use arrow_schema::{Field, Schema};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::spec::BackfillSpec;
+use super::spec::JobSpec;
 use crate::error::{ApiError, ApiResult};
 use crate::store::StagedFile;
 
@@ -92,9 +92,12 @@ pub struct JobRecord {
     pub creation_ms: i64,
     #[serde(default)]
     pub finish_ms: Option<i64>,
-    pub spec: BackfillSpec,
+    pub spec: JobSpec,
     #[serde(default)]
     pub plan: Option<Plan>,
+    /// Upkeep jobs: the result of each finished phase, by phase name.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub steps: std::collections::BTreeMap<String, Value>,
     #[serde(default)]
     pub commits: u64,
     #[serde(default)]

@@ -10,6 +10,7 @@ mod flat_search;
 mod history;
 mod indexes;
 mod query;
+mod upkeep;
 mod vector_cache;
 mod write;
 
@@ -18,6 +19,7 @@ pub use columns::*;
 pub use history::*;
 pub use indexes::*;
 pub use query::*;
+pub use upkeep::*;
 pub use vector_cache::VectorCache;
 pub use write::*;
 

@@ -1,0 +1,55 @@
+//! `POST /v1/table/{id}/optimize` (upkeep on request) and the hook that tells the upkeep
+//! scheduler which tables are being written.
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use serde_json::json;
+
+use super::extract::{JsonBody, Target};
+use super::{AppState, reply};
+use crate::error::ApiResult;
+use crate::jobs::optimize::{OptimizeRequest, OptimizeSpec};
+
+/// Start an upkeep job on a table (branch): `action` is `all` (default) or any of
+/// `compact`, `index`, `cleanup`; `retention_seconds` overrides the retention window. Answers
+/// the job id at once; `jobs/describe` follows it.
+pub async fn optimize(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<OptimizeRequest>,
+) -> ApiResult<Response> {
+    let location = app.table(&target, &body.id).await?;
+    let branch = target.branch(&body.branch);
+    let tenant = target.caller.tenant();
+    let policy = app.upkeep.policy_for(&app, tenant);
+    let actions = body.phases()?;
+    let thresholds = body.thresholds(policy.thresholds)?;
+    // Fail now, not in the job, when the table or branch does not exist.
+    app.store.latest(&location, branch.as_deref()).await?;
+    let spec = OptimizeSpec {
+        table_id: target.id.clone(),
+        branch,
+        actions,
+        thresholds,
+        retrain: body.retrain.unwrap_or(false),
+        trigger: "request".into(),
+    };
+    let job_id = app.jobs.submit_optimize(&app, tenant, location, spec)?;
+    Ok(reply(json!({ "job_id": job_id, "job_type": "optimize" })))
+}
+
+/// After an acknowledged write to a table, have the upkeep scheduler watch it. Added to every
+/// write route under `/v1/table/{id}/` (see `Routes::add`).
+pub async fn note_writes(target: Target, request: Request, next: Next) -> Response {
+    let app = request.extensions().get::<AppState>().cloned();
+    let response = next.run(request).await;
+    if response.status().is_success()
+        && let Some(app) = app
+        && let Ok(location) = target.catalog.locate(&target.id).await
+    {
+        app.upkeep
+            .note_write(target.caller.tenant(), &target.id, &location);
+    }
+    response
+}

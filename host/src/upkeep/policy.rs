@@ -1,0 +1,223 @@
+//! When a table needs upkeep: thresholds on small fragments, deleted rows, unindexed rows and
+//! version age, from the server's flags with a tenant's `[tenants.<name>.upkeep]` overrides.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::jobs::optimize::{Phase, Thresholds, index_action};
+use crate::store::TableHealth;
+
+/// The policy's knobs as flags give them (see `ServeConfig`'s `--upkeep-*`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpkeepPolicy {
+    pub enabled: bool,
+    /// Compact once this many fragments are below the compaction target.
+    pub min_small_fragments: usize,
+    /// Fold new rows into indexes once this many are unindexed.
+    pub min_unindexed_rows: u64,
+    /// A table's old versions are cleaned at most this often.
+    pub cleanup_interval: Duration,
+    pub thresholds: Thresholds,
+}
+
+/// `[tenants.<name>.upkeep]` in the auth file: any of the policy's knobs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpkeepOverride {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_small_fragments: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_unindexed_rows: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_rows_per_fragment: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleted_share: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retrain_share: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_index_segments: Option<usize>,
+    /// Versions younger than this are kept, e.g. "2h" (humantime).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention: Option<String>,
+    /// e.g. "10m" (humantime).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cleanup_interval: Option<String>,
+}
+
+impl UpkeepOverride {
+    /// Checked when the auth file is loaded, so a typo is reported rather than ignored.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, v) in [
+            ("retention", &self.retention),
+            ("cleanup_interval", &self.cleanup_interval),
+        ] {
+            if let Some(v) = v {
+                humantime::parse_duration(v)
+                    .map_err(|e| format!("upkeep.{name} '{v}' is not a duration: {e}"))?;
+            }
+        }
+        for (name, v) in [
+            ("deleted_share", self.deleted_share),
+            ("retrain_share", self.retrain_share),
+        ] {
+            if v.is_some_and(|v| !(v.is_finite() && v >= 0.0)) {
+                return Err(format!("upkeep.{name} must be a number >= 0"));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl UpkeepPolicy {
+    /// This policy with a tenant's overrides applied (invalid durations were refused when the
+    /// auth file was loaded; any that slip through leave the server's value).
+    pub fn with(&self, o: Option<&UpkeepOverride>) -> UpkeepPolicy {
+        let Some(o) = o else {
+            return self.clone();
+        };
+        let dur = |v: &Option<String>| v.as_deref().and_then(|s| humantime::parse_duration(s).ok());
+        let mut p = self.clone();
+        let t = &mut p.thresholds;
+        p.enabled = o.enabled.unwrap_or(p.enabled);
+        p.min_small_fragments = o.min_small_fragments.unwrap_or(p.min_small_fragments);
+        p.min_unindexed_rows = o.min_unindexed_rows.unwrap_or(p.min_unindexed_rows);
+        t.target_rows_per_fragment = o
+            .target_rows_per_fragment
+            .unwrap_or(t.target_rows_per_fragment);
+        t.deleted_share = o.deleted_share.unwrap_or(t.deleted_share);
+        t.retrain_share = o.retrain_share.unwrap_or(t.retrain_share);
+        t.max_index_segments = o.max_index_segments.unwrap_or(t.max_index_segments);
+        if let Some(r) = dur(&o.retention) {
+            t.retention_secs = r.as_secs();
+        }
+        if let Some(c) = dur(&o.cleanup_interval) {
+            p.cleanup_interval = c;
+        }
+        p
+    }
+
+    /// The phases a table in this health needs now. `cleanup_due` says whether enough time
+    /// has passed (and versions been made) since its last cleanup.
+    pub fn decide(&self, h: &TableHealth, cleanup_due: bool) -> Vec<Phase> {
+        let mut phases = Vec::new();
+        if h.small_fragments >= self.min_small_fragments.max(2)
+            || h.fragments_with_many_deletions > 0
+        {
+            phases.push(Phase::Compact);
+        }
+        let index_due = h.indexes.iter().any(|i| {
+            index_action(i, &self.thresholds, false).is_some()
+                && (i.unindexed_rows >= self.min_unindexed_rows.max(1)
+                    || i.segments > self.thresholds.max_index_segments)
+        });
+        // Lance never compacts indexed and unindexed fragments together: fold new rows in
+        // first (the index phase runs before compaction), so compaction can merge them all.
+        if index_due
+            || (phases.contains(&Phase::Compact) && h.indexes.iter().any(|i| i.unindexed_rows > 0))
+        {
+            phases.insert(0, Phase::Index);
+        }
+        if cleanup_due {
+            phases.push(Phase::Cleanup);
+        }
+        phases
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::IndexHealth;
+
+    fn policy() -> UpkeepPolicy {
+        UpkeepPolicy {
+            enabled: true,
+            min_small_fragments: 8,
+            min_unindexed_rows: 100,
+            cleanup_interval: Duration::from_secs(60),
+            thresholds: Thresholds {
+                target_rows_per_fragment: 1 << 20,
+                deleted_share: 0.1,
+                retrain_share: 0.5,
+                max_index_segments: 4,
+                retention_secs: 3600,
+            },
+        }
+    }
+
+    fn index(unindexed: u64, segments: usize) -> IndexHealth {
+        IndexHealth {
+            name: "i".into(),
+            index_type: "BTREE".into(),
+            vector: false,
+            segments,
+            unindexed_rows: unindexed,
+            base_rows: 1000,
+            delta_rows: 0,
+        }
+    }
+
+    #[test]
+    fn a_healthy_table_needs_nothing() {
+        let h = TableHealth {
+            fragments: 3,
+            small_fragments: 3,
+            indexes: vec![index(10, 1)],
+            ..Default::default()
+        };
+        assert!(policy().decide(&h, false).is_empty());
+    }
+
+    #[test]
+    fn thresholds_trigger_their_phases() {
+        let p = policy();
+        let many_small = TableHealth {
+            small_fragments: 8,
+            ..Default::default()
+        };
+        assert_eq!(p.decide(&many_small, false), vec![Phase::Compact]);
+        let deletions = TableHealth {
+            fragments_with_many_deletions: 1,
+            indexes: vec![index(5, 1)],
+            ..Default::default()
+        };
+        assert_eq!(p.decide(&deletions, true), Phase::ALL.to_vec());
+        assert_eq!(
+            Phase::ALL[0],
+            Phase::Index,
+            "indexes are caught up before compaction"
+        );
+        let unindexed = TableHealth {
+            indexes: vec![index(100, 1)],
+            ..Default::default()
+        };
+        assert_eq!(p.decide(&unindexed, false), vec![Phase::Index]);
+        let segmented = TableHealth {
+            indexes: vec![index(0, 5)],
+            ..Default::default()
+        };
+        assert_eq!(p.decide(&segmented, false), vec![Phase::Index]);
+    }
+
+    #[test]
+    fn tenant_overrides_replace_only_what_they_name() {
+        let o = UpkeepOverride {
+            enabled: Some(false),
+            retention: Some("2h".into()),
+            ..Default::default()
+        };
+        assert!(o.validate().is_ok());
+        let p = policy().with(Some(&o));
+        assert!(!p.enabled);
+        assert_eq!(p.thresholds.retention_secs, 7200);
+        assert_eq!(p.min_small_fragments, 8);
+        let bad = UpkeepOverride {
+            retention: Some("soon".into()),
+            ..Default::default()
+        };
+        assert!(bad.validate().is_err());
+    }
+}
