@@ -28,6 +28,8 @@ pub fn client_with_key(key: &str) -> reqwest::Client {
 
 pub struct Server {
     child: Child,
+    /// The environment it was started with, kept for restarts.
+    env: Vec<(String, String)>,
     data: Option<tempfile::TempDir>,
     /// Lines the server printed before it started listening (e.g. a generated key).
     pub banner: Vec<String>,
@@ -67,6 +69,9 @@ impl Server {
         cmd.args(["serve", "--addr", "127.0.0.1:0", "--data"])
             .arg(dir)
             .env("LANCET_BOOTSTRAP_KEY", ADMIN_KEY)
+            // Background upkeep commits on its own schedule; tests that count versions or
+            // fragments would race it. The upkeep tests turn it back on.
+            .env("LANCET_UPKEEP", "false")
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
         for (k, v) in env {
@@ -97,6 +102,10 @@ impl Server {
         let base = last.strip_prefix("listening on ").unwrap().to_string();
         Server {
             child,
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             data: None,
             banner: banner.to_vec(),
             handle: Handle {
@@ -181,11 +190,14 @@ impl Server {
         self.kill();
     }
 
-    /// Kill this server hard and start a new one on the same data directory.
+    /// Kill this server hard and start a new one on the same data directory (and with the
+    /// same environment).
     pub async fn restart(mut self) -> Server {
         self.kill_hard();
         let data = self.take_data();
-        Server::start_with(data, &[]).await
+        let env = std::mem::take(&mut self.env);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        Server::start_with(data, &env).await
     }
 }
 

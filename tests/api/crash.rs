@@ -13,7 +13,9 @@
 //! - a backfill job on `j` (a slow virtual column) runs across several kills: it must resume
 //!   (or finish) and end with every row computed once (`rows_written` = the rows it selected,
 //!   one version per commit), never fail;
-//! - no batch-commit intent is left once the tenant's catalog is open again.
+//! - no batch-commit intent is left once the tenant's catalog is open again;
+//! - table `u` takes a small insert every round while upkeep jobs (index upkeep, compaction,
+//!   cleanup) run across kills (`crash_upkeep.rs`).
 //!
 //! A short run (`LANCET_CRASH_KILLS`, default 20 kills) runs with `cargo test`; a long one:
 //! `LANCET_CRASH_KILLS=150 LANCET_CRASH_SECS=1200 cargo test -p lancet --test api crash --
@@ -28,6 +30,7 @@ use crate::common::*;
 use crate::concurrency::Rng;
 
 use crate::crash_support::*;
+use crate::crash_upkeep::UpkeepTable;
 
 impl Model {
     fn pick_k(&mut self, rng: &mut Rng) -> KOp {
@@ -426,8 +429,10 @@ impl Model {
             .iter()
             .map(|t| t.as_str().unwrap().to_string())
             .collect();
-        let mut want: BTreeSet<String> =
-            ["k", "a", "p", "j"].iter().map(|s| s.to_string()).collect();
+        let mut want: BTreeSet<String> = ["k", "a", "p", "j", "u"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         want.extend(self.tables.iter().cloned());
         want.extend(self.declared.iter().cloned());
         assert_eq!(listed, want, "the catalog's tables");
@@ -523,9 +528,18 @@ async fn sigkill_at_random_moments_loses_no_acknowledged_write_and_applies_nothi
     println!("crash: seed {seed} (LANCET_CRASH_SEED), {kills} kills, at most {budget:?}");
     let mut rng = Rng::new(seed);
     let started = Instant::now();
-    let mut s = Server::start().await;
+    // Upkeep phases wait a little before they run, so that kills land inside upkeep jobs.
+    let mut s = Server::start_with(
+        tempfile::tempdir().unwrap(),
+        &[
+            ("LANCET_FAULT_INJECTION", "1"),
+            ("LANCET_FAULT_UPKEEP_DELAY_MS", "150"),
+        ],
+    )
+    .await;
     let data = s.data_dir().to_path_buf();
     let mut m = setup(&s).await;
+    let mut u = UpkeepTable::setup(&s).await;
     let mut stats = Stats::default();
     let mut round = 0u64;
     while stats.kills < kills && started.elapsed() < budget {
@@ -543,8 +557,9 @@ async fn sigkill_at_random_moments_loses_no_acknowledged_write_and_applies_nothi
         };
         let top = (rng.below(4) == 0).then(|| m.pick_t(&mut rng, round));
         let h: Handle = (*s).clone();
-        let mut kinds = vec![kop.kind()];
+        let mut kinds = vec![kop.kind(), "u-insert"];
         let k_task = tokio::spawn(timed(kop.request(&h)));
+        let (u_ids, u_task) = u.launch(&h, &mut rng, round).await;
         let a_task = aop.clone().map(|a| {
             kinds.push(a.kind());
             let r = match a {
@@ -597,6 +612,7 @@ async fn sigkill_at_random_moments_loses_no_acknowledged_write_and_applies_nothi
         let t_out = stats
             .settle(top.as_ref().map_or("", TOp::kind), t_task)
             .await;
+        let u_out = stats.settle("u-insert", Some(u_task)).await;
 
         s = s.restart().await;
         m.check_k(&s, &kop, &k_out, &mut stats).await;
@@ -613,6 +629,8 @@ async fn sigkill_at_random_moments_loses_no_acknowledged_write_and_applies_nothi
         }
         m.check_all_open(&s).await;
         m.check_job(&s, &mut stats, false).await;
+        let applied = u.check(&s, &u_ids, &u_out).await;
+        stats.record("u-insert", &u_out, applied);
         assert_eq!(
             intent_files(&data).0,
             0,
@@ -621,6 +639,7 @@ async fn sigkill_at_random_moments_loses_no_acknowledged_write_and_applies_nothi
     }
     // The last restart: the job (if any) must finish, and everything must still hold.
     m.check_job(&s, &mut stats, true).await;
+    u.follow_job(&s, true).await;
     m.check_all_open(&s).await;
     assert_eq!(k_rows(&s).await, m.k);
 
@@ -634,6 +653,10 @@ async fn sigkill_at_random_moments_loses_no_acknowledged_write_and_applies_nothi
         stats.kills_during_backfill,
         stats.intents_rolled_back,
         stats.intents_rolled_forward,
+    );
+    println!(
+        "crash: upkeep jobs done {}, failed on a lost race {}, kills while one ran {}",
+        u.jobs_done, u.jobs_failed_retryable, u.kills_during_upkeep
     );
     println!(
         "crash: operation  launched  acknowledged  cut-off-applied  cut-off-not-applied  refused"

@@ -7,6 +7,7 @@ mod batch;
 mod concurrency;
 mod crash;
 mod crash_support;
+mod crash_upkeep;
 mod data;
 mod errors;
 mod history;

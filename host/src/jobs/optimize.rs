@@ -244,7 +244,18 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
         if record.steps.contains_key(phase.name()) {
             continue;
         }
-        let work = run_phase(app, &record.location, spec, phase);
+        let work = async {
+            // Tests hold a phase open to cancel or kill it (LANCET_FAULT_INJECTION only).
+            if let Some(ms) = app
+                .fault_injection
+                .then(|| std::env::var("LANCET_FAULT_UPKEEP_DELAY_MS").ok())
+                .flatten()
+                .and_then(|v| v.parse().ok())
+            {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
+            run_phase(app, &record.location, spec, phase).await
+        };
         let result = tokio::select! {
             r = work => r.map_err(|e| failed(phase, e))?,
             _ = cancelled(job) => return Err(Stop::Cancelled),

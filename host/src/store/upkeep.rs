@@ -13,7 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lance::dataset::cleanup::CleanupPolicyBuilder;
-use lance::dataset::optimize::{CompactionOptions, compact_files};
+use lance::dataset::index::DatasetIndexRemapperOptions;
+use lance::dataset::optimize::{CompactionOptions, commit_compaction, plan_compaction};
 use lance::index::DatasetIndexExt;
 use lance_index::is_system_index;
 use lance_index::optimize::OptimizeOptions;
@@ -198,7 +199,10 @@ impl Store {
     }
 
     /// Rewrite small fragments and fragments with many deleted rows (lance's planner picks
-    /// them), retried on a lost commit race. Indexes are remapped in the same commit.
+    /// them); indexes are remapped in the same commit. A compaction that loses its commit race
+    /// against a writer (an update or delete of rows it rewrote) is retried; the last attempt
+    /// holds the table's write lock, so that a steady stream of updates through this server
+    /// cannot starve it (writers queue behind that one attempt).
     pub async fn compact(
         &self,
         location: &str,
@@ -206,38 +210,84 @@ impl Store {
         target_rows: u64,
         deleted_share: f64,
     ) -> ApiResult<CompactionReport> {
-        let mut last_err = None;
-        for attempt in 0..CONFLICT_ATTEMPTS {
-            let mut ds = (*self.latest(location, branch).await?).clone();
-            let mut options = CompactionOptions::from_dataset_config(&ds.manifest().config)
-                .map_err(ApiError::from)?;
-            options.target_rows_per_fragment = target_rows.max(1) as usize;
-            options.materialize_deletions = true;
-            options.materialize_deletions_threshold = deleted_share as f32;
-            // One rewrite at a time: upkeep must leave the cores to queries.
-            options.num_threads = Some(1);
-            match compact_files(&mut ds, options, None).await {
-                Ok(m) => {
-                    let version = ds.version().version;
-                    self.remember(location, branch, Arc::new(ds));
-                    return Ok(CompactionReport {
-                        fragments_removed: m.fragments_removed,
-                        fragments_added: m.fragments_added,
-                        files_removed: m.files_removed,
-                        files_added: m.files_added,
-                        version,
-                    });
-                }
-                Err(e) if is_conflict(&e) => {
+        for attempt in 1..=CONFLICT_ATTEMPTS {
+            let _guard = if attempt == CONFLICT_ATTEMPTS {
+                Some(self.write_lock(location, branch).await)
+            } else {
+                None
+            };
+            let ds = (*self.latest(location, branch).await?).clone();
+            match self
+                .compact_once(location, branch, ds, target_rows, deleted_share)
+                .await
+            {
+                Err(e) if is_conflict(&e) && attempt < CONFLICT_ATTEMPTS => {
                     tracing::info!(location, attempt, error = %e, "compaction lost a commit race; retrying");
-                    last_err = Some(e);
                 }
-                Err(e) => return Err(e.into()),
+                r => return r.map_err(ApiError::from),
             }
         }
-        Err(last_err.map(ApiError::from).unwrap_or_else(|| {
-            ApiError::internal("compaction failed without an error".to_string())
-        }))
+        unreachable!("the last attempt returns")
+    }
+
+    /// One plan, rewrite and commit. Rewrites run one at a time (upkeep leaves the cores to
+    /// queries). If the commit fails, the files the rewrites wrote are deleted at once: no
+    /// manifest ever referenced them, and lance's cleanup would keep them for 7 days.
+    async fn compact_once(
+        &self,
+        location: &str,
+        branch: Option<&str>,
+        mut ds: lance::Dataset,
+        target_rows: u64,
+        deleted_share: f64,
+    ) -> lance_core::Result<CompactionReport> {
+        let mut options = CompactionOptions::from_dataset_config(&ds.manifest().config)?;
+        options.target_rows_per_fragment = target_rows.max(1) as usize;
+        options.materialize_deletions = true;
+        options.materialize_deletions_threshold = deleted_share as f32;
+        options.num_threads = Some(1);
+        let plan = plan_compaction(&ds, &options).await?;
+        let mut rewritten = Vec::with_capacity(plan.num_tasks());
+        for task in plan.compaction_tasks() {
+            rewritten.push(task.execute(&ds).await?);
+        }
+        if rewritten.is_empty() {
+            return Ok(CompactionReport {
+                version: ds.version().version,
+                ..Default::default()
+            });
+        }
+        let written: Vec<String> = rewritten
+            .iter()
+            .flat_map(|r| &r.new_fragments)
+            .flat_map(|f| &f.files)
+            .map(|f| format!("{}/{}", ds.data_dir(), f.path))
+            .collect();
+        let remap = Arc::new(DatasetIndexRemapperOptions::default());
+        match commit_compaction(&mut ds, rewritten, remap, &options).await {
+            Ok(m) => {
+                let version = ds.version().version;
+                self.remember(location, branch, Arc::new(ds));
+                Ok(CompactionReport {
+                    fragments_removed: m.fragments_removed,
+                    fragments_added: m.fragments_added,
+                    files_removed: m.files_removed,
+                    files_added: m.files_added,
+                    version,
+                })
+            }
+            Err(e) => {
+                let store = ds.object_store(None).await?;
+                for path in written {
+                    if let Ok(p) = object_store::path::Path::parse(&path)
+                        && let Err(err) = store.delete(&p).await
+                    {
+                        tracing::warn!(%path, error = %err, "could not remove a file of a failed compaction");
+                    }
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Bring one index up to date with the table's rows.

@@ -79,7 +79,7 @@ impl Store {
             .with_params(&params)
             .execute(batches)
             .await
-            .map_err(ApiError::from)?;
+            .map_err(commit_error)?;
         let ds = Arc::new(ds);
         self.forget(location);
         self.remember(location, None, ds.clone());
@@ -111,7 +111,7 @@ impl Store {
             .with_params(&params)
             .execute(batches)
             .await
-            .map_err(ApiError::from)?;
+            .map_err(commit_error)?;
         let ds = Arc::new(ds);
         self.remember(location, branch, ds.clone());
         Ok(ds)
@@ -183,7 +183,7 @@ impl Store {
             })?,
             None => run.await,
         }
-        .map_err(ApiError::from)?;
+        .map_err(commit_error)?;
         self.remember(location, branch, ds.clone());
         Ok(MergeCounts {
             updated: stats.num_updated_rows,
@@ -219,7 +219,7 @@ impl Store {
             .map_err(ApiError::from)?
             .execute()
             .await
-            .map_err(ApiError::from)?;
+            .map_err(commit_error)?;
         let version = result.new_dataset.version().version;
         self.remember(location, branch, result.new_dataset);
         Ok((result.rows_updated, version))
@@ -238,7 +238,7 @@ impl Store {
         }
         let _guard = self.write_lock(location, branch).await;
         let mut ds = (*self.latest(location, branch).await?).clone();
-        let result = ds.delete(predicate).await.map_err(ApiError::from)?;
+        let result = ds.delete(predicate).await.map_err(commit_error)?;
         let version = result.new_dataset.version().version;
         self.remember(location, branch, result.new_dataset);
         Ok((version, result.num_deleted_rows))
@@ -254,4 +254,25 @@ fn bad_filter(field: &'static str) -> impl Fn(lance_core::Error) -> ApiError {
             ApiError::invalid(format!("invalid {field}: {}", api.message))
         }
     }
+}
+
+/// A write's error. A write that started from a version a cleanup has since removed (the
+/// retention window was shorter than the write took) finds that version's manifest missing
+/// when lance checks its commit against newer ones: nothing was written, and a retry starts
+/// from the latest version, so it is a 409 to retry, not a 404.
+fn commit_error(err: lance_core::Error) -> ApiError {
+    let api = ApiError::from(err);
+    let not_found = matches!(
+        api.code,
+        lance_namespace::ErrorCode::TableNotFound
+            | lance_namespace::ErrorCode::TableVersionNotFound
+    );
+    if not_found && api.message.contains("_versions/") {
+        return ApiError::conflict(format!(
+            "the version this write started from was removed by a version cleanup while it \
+             ran (nothing was written; retry): {}",
+            api.message
+        ));
+    }
+    api
 }

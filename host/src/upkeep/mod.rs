@@ -18,6 +18,7 @@ type Key = (String, String);
 
 struct Watched {
     table_id: Vec<String>,
+    first_seen: Instant,
     last_write: Instant,
     branches: HashMap<Option<String>, BranchState>,
 }
@@ -53,6 +54,7 @@ impl Upkeep {
             .entry((tenant.to_string(), location.to_string()))
             .or_insert_with(|| Watched {
                 table_id: table_id.to_vec(),
+                first_seen: Instant::now(),
                 last_write: Instant::now(),
                 branches: HashMap::new(),
             });
@@ -94,12 +96,12 @@ async fn check_table(app: &Arc<App>, key: &Key) -> crate::error::ApiResult<()> {
     let (tenant, location) = key;
     let upkeep = &app.upkeep;
     let policy = upkeep.policy_for(app, tenant);
-    let Some((table_id, last_write)) = upkeep
+    let Some((table_id, first_seen, last_write)) = upkeep
         .watched
         .lock()
         .unwrap()
         .get(key)
-        .map(|w| (w.table_id.clone(), w.last_write))
+        .map(|w| (w.table_id.clone(), w.first_seen, w.last_write))
     else {
         return Ok(());
     };
@@ -144,8 +146,10 @@ async fn check_table(app: &Arc<App>, key: &Key) -> crate::error::ApiResult<()> {
         // Due when the interval has passed and there may be something to remove: versions
         // made since the last cleanup, or versions that were too young for it then.
         let retention = Duration::from_secs(policy.thresholds.retention_secs);
+        // The first cleanup of a newly watched table comes one interval after the watch
+        // began: short-lived tables (and a server's first minutes) start no cleanup-only jobs.
         let cleanup_due = match cleaned {
-            None => true,
+            None => first_seen.elapsed() >= policy.cleanup_interval,
             Some((at, version)) => {
                 at.elapsed() >= policy.cleanup_interval
                     && (version != health.version || at < last_write + retention)
