@@ -336,6 +336,8 @@ async fn main() {
             "5s",
             "--upkeep-cleanup-interval",
             "5s",
+            "--upkeep-quiet-after",
+            "3s",
         ],
     );
     let b = Arc::new(Bench {
@@ -373,9 +375,9 @@ async fn main() {
     let settled = loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let (frags, versions, unindexed) = b.shape("t").await;
-        // Settled: no job running, fragments under the policy's bound (16 small ones), every
-        // row indexed, versions older than the retention cleaned.
-        if !b.upkeep_running().await && frags < 16 && unindexed == 0 && versions <= 4 {
+        // Settled: no job running, the quiet table compacted, every row indexed, versions
+        // older than the retention cleaned.
+        if !b.upkeep_running().await && frags <= 2 && unindexed == 0 && versions <= 4 {
             break settle_start.elapsed().as_secs_f64();
         }
         assert!(
@@ -393,7 +395,7 @@ async fn main() {
         .iter()
         .filter_map(|j| Some((j["finish_ms"].as_i64()? - j["creation_ms"].as_i64()?) as f64 / 1e3))
         .sum();
-    println!("-- upkeep on (interval 1 s, retention 5 s)");
+    println!("-- upkeep on (interval 1 s, retention 5 s, quiet after 3 s)");
     print_queries("before writes", &before);
     print_queries("after upkeep settled", &after);
     ratios("after / before", &before, &after);
@@ -441,6 +443,10 @@ async fn main() {
             })
             .unwrap_or_default();
     b.setup_fresh(&ids).await;
+    b.measure("fresh", 5).await;
+    let fresh_q = b.measure("fresh", samples).await;
+    print_queries("fresh table of the same rows", &fresh_q);
+    ratios("after upkeep / fresh table", &fresh_q, &after);
     let fresh = table_bytes(on_dir.path(), "fresh");
     println!(
         "{frags} fragments, {versions} versions, {unindexed} unindexed rows; {:.1} MiB on disk vs {:.1} MiB for a fresh table of the same {} rows ({:.2}x; target <= 2x)",
@@ -449,6 +455,40 @@ async fn main() {
         ids.len(),
         kept as f64 / fresh.max(1) as f64
     );
+    println!("  kept by part:  {}", parts(on_dir.path(), "t"));
+    println!("  fresh by part: {}", parts(on_dir.path(), "fresh"));
+}
+
+/// Bytes of a table's top-level parts (data files, indexes, manifests, ...).
+fn parts(root: &std::path::Path, name: &str) -> String {
+    let tenant = root.join("tenants/default");
+    let suffix = format!("_{name}");
+    let Some(dir) = std::fs::read_dir(&tenant).ok().and_then(|entries| {
+        entries
+            .flatten()
+            .find(|e| e.file_name().to_string_lossy().ends_with(&suffix))
+    }) else {
+        return String::new();
+    };
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir.path())
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let bytes = if e.path().is_dir() {
+            dir_bytes(&e.path())
+        } else {
+            e.metadata().map_or(0, |m| m.len())
+        };
+        out.push(format!(
+            "{} {:.2} MiB",
+            e.file_name().to_string_lossy(),
+            bytes as f64 / 1048576.0
+        ));
+    }
+    out.sort();
+    out.join(", ")
 }
 
 impl Bench {

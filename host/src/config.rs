@@ -100,6 +100,10 @@ pub struct ServeConfig {
     /// A table's old versions are cleaned at most this often.
     #[arg(long, env = "LANCET_UPKEEP_CLEANUP_INTERVAL", value_parser = humantime::parse_duration, default_value = "5m")]
     pub upkeep_cleanup_interval: std::time::Duration,
+    /// A table not written for this long has its small fragments merged and its index
+    /// segments folded into one, below the thresholds.
+    #[arg(long, env = "LANCET_UPKEEP_QUIET_AFTER", value_parser = humantime::parse_duration, default_value = "60s")]
+    pub upkeep_quiet_after: std::time::Duration,
     /// A bearer token that lets non-loopback clients read `/metrics` (loopback clients need
     /// none). Without it, `/metrics` answers loopback clients only.
     #[arg(long, env = "LANCET_METRICS_TOKEN")]
@@ -121,6 +125,7 @@ impl ServeConfig {
             min_small_fragments: self.upkeep_min_small_fragments,
             min_unindexed_rows: self.upkeep_min_unindexed_rows,
             cleanup_interval: self.upkeep_cleanup_interval,
+            quiet_after: self.upkeep_quiet_after,
             thresholds: crate::jobs::optimize::Thresholds {
                 target_rows_per_fragment: self.upkeep_target_rows_per_fragment.max(1),
                 deleted_share: self.upkeep_deleted_share.max(0.0),

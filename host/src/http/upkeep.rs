@@ -33,6 +33,8 @@ pub async fn optimize(
         actions,
         thresholds,
         retrain: body.retrain.unwrap_or(false),
+        // An explicit request leaves each index in one segment.
+        merge_segments: true,
         trigger: "request".into(),
     };
     let job_id = app.jobs.submit_optimize(&app, tenant, location, spec)?;

@@ -71,6 +71,9 @@ pub struct OptimizeSpec {
     /// Retrain every vector index, whatever its delta.
     #[serde(default)]
     pub retrain: bool,
+    /// Fold every index's segments into one (the table has gone quiet; requests always do).
+    #[serde(default)]
+    pub merge_segments: bool,
     /// `request` (optimize endpoint) or `policy` (background upkeep).
     pub trigger: String,
 }
@@ -156,14 +159,19 @@ impl OptimizeRequest {
 }
 
 /// How one index is brought up to date: retrained (a vector index whose new rows outgrew
-/// what it was trained on, or when asked), merged (too many segments), appended to (rows not
-/// yet indexed), or left alone.
-pub fn index_action(h: &IndexHealth, t: &Thresholds, retrain: bool) -> Option<IndexAction> {
+/// what it was trained on, or when asked), merged (too many segments, or `merge` asked for
+/// one), appended to (rows not yet indexed), or left alone.
+pub fn index_action(
+    h: &IndexHealth,
+    t: &Thresholds,
+    retrain: bool,
+    merge: bool,
+) -> Option<IndexAction> {
     let stale = h.unindexed_rows > 0 || h.segments > 1;
     if h.vector && (retrain || (stale && h.delta_share() >= t.retrain_share)) {
         return Some(IndexAction::Retrain);
     }
-    if h.segments > t.max_index_segments {
+    if h.segments > t.max_index_segments || (merge && h.segments > 1) {
         return Some(IndexAction::Merge);
     }
     (h.unindexed_rows > 0).then_some(IndexAction::Append)
@@ -324,7 +332,7 @@ async fn run_phase(
                 .await?;
             let mut done = serde_json::Map::new();
             for index in &health.indexes {
-                let Some(action) = index_action(index, t, spec.retrain) else {
+                let Some(action) = index_action(index, t, spec.retrain, spec.merge_segments) else {
                     continue;
                 };
                 let taken = match app

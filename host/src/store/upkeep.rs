@@ -217,8 +217,9 @@ impl Store {
                 None
             };
             let ds = (*self.latest(location, branch).await?).clone();
+            let locked = _guard.is_some();
             match self
-                .compact_once(location, branch, ds, target_rows, deleted_share)
+                .compact_once(location, branch, ds, target_rows, deleted_share, locked)
                 .await
             {
                 Err(e) if is_conflict(&e) && attempt < CONFLICT_ATTEMPTS => {
@@ -231,8 +232,11 @@ impl Store {
     }
 
     /// One plan, rewrite and commit. Rewrites run one at a time (upkeep leaves the cores to
-    /// queries). If the commit fails, the files the rewrites wrote are deleted at once: no
-    /// manifest ever referenced them, and lance's cleanup would keep them for 7 days.
+    /// queries), without the table's write lock. The commit takes it (unless `locked`: the
+    /// caller holds it) and first checks that no writer changed a fragment it rewrote; if one
+    /// did, the attempt is given up before lance remaps the indexes (which writes a copy of
+    /// each). Whenever the commit does not happen, the files the rewrites wrote are deleted at
+    /// once: no manifest ever referenced them, and lance's cleanup would keep them for 7 days.
     async fn compact_once(
         &self,
         location: &str,
@@ -240,6 +244,7 @@ impl Store {
         mut ds: lance::Dataset,
         target_rows: u64,
         deleted_share: f64,
+        locked: bool,
     ) -> lance_core::Result<CompactionReport> {
         let mut options = CompactionOptions::from_dataset_config(&ds.manifest().config)?;
         options.target_rows_per_fragment = target_rows.max(1) as usize;
@@ -263,8 +268,28 @@ impl Store {
             .flat_map(|f| &f.files)
             .map(|f| format!("{}/{}", ds.data_dir(), f.path))
             .collect();
-        let remap = Arc::new(DatasetIndexRemapperOptions::default());
-        match commit_compaction(&mut ds, rewritten, remap, &options).await {
+        let _guard = if locked {
+            None
+        } else {
+            Some(self.write_lock(location, branch).await)
+        };
+        let unchanged = match self.latest(location, branch).await {
+            Ok(now) => rewritten
+                .iter()
+                .flat_map(|r| &r.original_fragments)
+                .all(|orig| now.fragments().iter().any(|f| f == orig)),
+            Err(_) => false,
+        };
+        let committed = if unchanged {
+            let remap = Arc::new(DatasetIndexRemapperOptions::default());
+            commit_compaction(&mut ds, rewritten, remap, &options).await
+        } else {
+            Err(lance_core::Error::retryable_commit_conflict_source(
+                ds.version().version,
+                "a writer changed fragments this compaction rewrote".into(),
+            ))
+        };
+        match committed {
             Ok(m) => {
                 let version = ds.version().version;
                 self.remember(location, branch, Arc::new(ds));

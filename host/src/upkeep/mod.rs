@@ -25,7 +25,9 @@ struct Watched {
 
 #[derive(Default)]
 struct BranchState {
-    /// The version the policy last found nothing to do at: unchanged, nothing is due.
+    /// The version the policy last found nothing to do at, or last started a job at: while
+    /// the table stays at it, only a cleanup can be due (a job that changed nothing would
+    /// change nothing again).
     settled_at: Option<u64>,
     /// When the last cleanup ran, and the version it ran at.
     cleaned: Option<(Instant, u64)>,
@@ -158,7 +160,8 @@ async fn check_table(app: &Arc<App>, key: &Key) -> crate::error::ApiResult<()> {
         if settled_at == Some(health.version) && !cleanup_due {
             continue;
         }
-        let phases = policy.decide(&health, cleanup_due);
+        let quiet = last_write.elapsed() >= policy.quiet_after;
+        let phases = policy.decide(&health, cleanup_due, quiet);
         let mut watched = upkeep.watched.lock().unwrap();
         let Some(state) = watched
             .get_mut(key)
@@ -174,7 +177,7 @@ async fn check_table(app: &Arc<App>, key: &Key) -> crate::error::ApiResult<()> {
         if phases.contains(&crate::jobs::optimize::Phase::Cleanup) {
             state.cleaned = Some((Instant::now(), health.version));
         }
-        state.settled_at = None;
+        state.settled_at = Some(health.version);
         drop(watched);
         let spec = OptimizeSpec {
             table_id: table_id.clone(),
@@ -182,6 +185,7 @@ async fn check_table(app: &Arc<App>, key: &Key) -> crate::error::ApiResult<()> {
             actions: phases,
             thresholds: policy.thresholds.clone(),
             retrain: false,
+            merge_segments: quiet,
             trigger: "policy".into(),
         };
         match app

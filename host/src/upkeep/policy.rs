@@ -18,6 +18,9 @@ pub struct UpkeepPolicy {
     pub min_unindexed_rows: u64,
     /// A table's old versions are cleaned at most this often.
     pub cleanup_interval: Duration,
+    /// A table not written for this long is quiet: its small fragments are merged and its
+    /// index segments folded into one, below the thresholds (once; it then stays settled).
+    pub quiet_after: Duration,
     pub thresholds: Thresholds,
 }
 
@@ -45,6 +48,9 @@ pub struct UpkeepOverride {
     /// e.g. "10m" (humantime).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cleanup_interval: Option<String>,
+    /// e.g. "30s" (humantime).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quiet_after: Option<String>,
 }
 
 impl UpkeepOverride {
@@ -53,6 +59,7 @@ impl UpkeepOverride {
         for (name, v) in [
             ("retention", &self.retention),
             ("cleanup_interval", &self.cleanup_interval),
+            ("quiet_after", &self.quiet_after),
         ] {
             if let Some(v) = v {
                 humantime::parse_duration(v)
@@ -96,22 +103,30 @@ impl UpkeepPolicy {
         if let Some(c) = dur(&o.cleanup_interval) {
             p.cleanup_interval = c;
         }
+        if let Some(q) = dur(&o.quiet_after) {
+            p.quiet_after = q;
+        }
         p
     }
 
     /// The phases a table in this health needs now. `cleanup_due` says whether enough time
-    /// has passed (and versions been made) since its last cleanup.
-    pub fn decide(&self, h: &TableHealth, cleanup_due: bool) -> Vec<Phase> {
+    /// has passed (and versions been made) since its last cleanup; `quiet` whether the table
+    /// has not been written for `quiet_after`.
+    pub fn decide(&self, h: &TableHealth, cleanup_due: bool, quiet: bool) -> Vec<Phase> {
         let mut phases = Vec::new();
-        if h.small_fragments >= self.min_small_fragments.max(2)
-            || h.fragments_with_many_deletions > 0
-        {
+        let small_bound = if quiet {
+            2
+        } else {
+            self.min_small_fragments.max(2)
+        };
+        if h.small_fragments >= small_bound || h.fragments_with_many_deletions > 0 {
             phases.push(Phase::Compact);
         }
         let index_due = h.indexes.iter().any(|i| {
-            index_action(i, &self.thresholds, false).is_some()
-                && (i.unindexed_rows >= self.min_unindexed_rows.max(1)
-                    || i.segments > self.thresholds.max_index_segments)
+            let due = index_action(i, &self.thresholds, false, quiet).is_some();
+            due && (i.unindexed_rows >= self.min_unindexed_rows.max(1)
+                || i.segments > self.thresholds.max_index_segments
+                || (quiet && i.segments > 1))
         });
         // Lance never compacts indexed and unindexed fragments together: fold new rows in
         // first (the index phase runs before compaction), so compaction can merge them all.
@@ -138,6 +153,7 @@ mod tests {
             min_small_fragments: 8,
             min_unindexed_rows: 100,
             cleanup_interval: Duration::from_secs(60),
+            quiet_after: Duration::from_secs(30),
             thresholds: Thresholds {
                 target_rows_per_fragment: 1 << 20,
                 deleted_share: 0.1,
@@ -168,7 +184,7 @@ mod tests {
             indexes: vec![index(10, 1)],
             ..Default::default()
         };
-        assert!(policy().decide(&h, false).is_empty());
+        assert!(policy().decide(&h, false, false).is_empty());
     }
 
     #[test]
@@ -178,13 +194,13 @@ mod tests {
             small_fragments: 8,
             ..Default::default()
         };
-        assert_eq!(p.decide(&many_small, false), vec![Phase::Compact]);
+        assert_eq!(p.decide(&many_small, false, false), vec![Phase::Compact]);
         let deletions = TableHealth {
             fragments_with_many_deletions: 1,
             indexes: vec![index(5, 1)],
             ..Default::default()
         };
-        assert_eq!(p.decide(&deletions, true), Phase::ALL.to_vec());
+        assert_eq!(p.decide(&deletions, true, false), Phase::ALL.to_vec());
         assert_eq!(
             Phase::ALL[0],
             Phase::Index,
@@ -194,12 +210,35 @@ mod tests {
             indexes: vec![index(100, 1)],
             ..Default::default()
         };
-        assert_eq!(p.decide(&unindexed, false), vec![Phase::Index]);
+        assert_eq!(p.decide(&unindexed, false, false), vec![Phase::Index]);
         let segmented = TableHealth {
             indexes: vec![index(0, 5)],
             ..Default::default()
         };
-        assert_eq!(p.decide(&segmented, false), vec![Phase::Index]);
+        assert_eq!(p.decide(&segmented, false, false), vec![Phase::Index]);
+    }
+
+    #[test]
+    fn a_quiet_table_is_settled_below_the_thresholds() {
+        let p = policy();
+        let h = TableHealth {
+            fragments: 3,
+            small_fragments: 3,
+            indexes: vec![index(0, 2)],
+            ..Default::default()
+        };
+        assert!(p.decide(&h, false, false).is_empty());
+        assert_eq!(
+            p.decide(&h, false, true),
+            vec![Phase::Index, Phase::Compact]
+        );
+        let settled = TableHealth {
+            fragments: 1,
+            small_fragments: 1,
+            indexes: vec![index(0, 1)],
+            ..Default::default()
+        };
+        assert!(p.decide(&settled, false, true).is_empty());
     }
 
     #[test]
