@@ -457,6 +457,19 @@ async fn main() {
     );
     println!("  kept by part:  {}", parts(on_dir.path(), "t"));
     println!("  fresh by part: {}", parts(on_dir.path(), "fresh"));
+    // Once the versions kept for the retention window age out, the next cleanup leaves one.
+    let waited = Instant::now();
+    while b.shape("t").await.1 > 1 && waited.elapsed() < Duration::from_secs(60) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let kept = table_bytes(on_dir.path(), "t");
+    println!(
+        "after the retention window: {} versions, {:.1} MiB ({:.2}x the fresh table), {:.1} s later",
+        b.shape("t").await.1,
+        kept as f64 / 1048576.0,
+        kept as f64 / fresh.max(1) as f64,
+        waited.elapsed().as_secs_f64()
+    );
 }
 
 /// Bytes of a table's top-level parts (data files, indexes, manifests, ...).

@@ -29,8 +29,11 @@ struct BranchState {
     /// the table stays at it, only a cleanup can be due (a job that changed nothing would
     /// change nothing again).
     settled_at: Option<u64>,
-    /// When the last cleanup ran, and the version it ran at.
-    cleaned: Option<(Instant, u64)>,
+    /// The latest version seen, and when it was first seen (by a write here, another
+    /// node's or upkeep's own commit): no version is younger than that.
+    changed: Option<(u64, Instant)>,
+    /// When the last cleanup was started.
+    cleaned: Option<Instant>,
 }
 
 pub struct Upkeep {
@@ -137,25 +140,25 @@ async fn check_table(app: &Arc<App>, key: &Key) -> crate::error::ApiResult<()> {
                 t.deleted_share,
             )
             .await?;
-        let (settled_at, cleaned) = {
+        let (settled_at, changed_at, cleaned) = {
             let mut watched = upkeep.watched.lock().unwrap();
             let Some(w) = watched.get_mut(key) else {
                 return Ok(());
             };
             let s = w.branches.entry(branch.clone()).or_default();
-            (s.settled_at, s.cleaned)
+            if s.changed.is_none_or(|(v, _)| v != health.version) {
+                s.changed = Some((health.version, Instant::now()));
+            }
+            (s.settled_at, s.changed.map_or(first_seen, |(_, at)| at), s.cleaned)
         };
         // Due when the interval has passed and there may be something to remove: versions
-        // made since the last cleanup, or versions that were too young for it then.
+        // that were younger than the retention window at the last cleanup. The first cleanup
+        // of a newly watched table comes one interval after the watch began, so short-lived
+        // tables (and a server's first minutes) start no cleanup-only jobs.
         let retention = Duration::from_secs(policy.thresholds.retention_secs);
-        // The first cleanup of a newly watched table comes one interval after the watch
-        // began: short-lived tables (and a server's first minutes) start no cleanup-only jobs.
         let cleanup_due = match cleaned {
             None => first_seen.elapsed() >= policy.cleanup_interval,
-            Some((at, version)) => {
-                at.elapsed() >= policy.cleanup_interval
-                    && (version != health.version || at < last_write + retention)
-            }
+            Some(at) => at.elapsed() >= policy.cleanup_interval && at < changed_at + retention,
         };
         if settled_at == Some(health.version) && !cleanup_due {
             continue;
@@ -175,7 +178,7 @@ async fn check_table(app: &Arc<App>, key: &Key) -> crate::error::ApiResult<()> {
         }
         all_settled = false;
         if phases.contains(&crate::jobs::optimize::Phase::Cleanup) {
-            state.cleaned = Some((Instant::now(), health.version));
+            state.cleaned = Some(Instant::now());
         }
         state.settled_at = Some(health.version);
         drop(watched);
@@ -199,16 +202,18 @@ async fn check_table(app: &Arc<App>, key: &Key) -> crate::error::ApiResult<()> {
             Err(e) => tracing::debug!(error = %e.message, "upkeep job not started"),
         }
     }
-    // Idle long enough that every version it made is past retention and cleaned: forget it.
+    // Every version it has is past retention and cleaned since, and it is settled: forget it
+    // (its next write brings it back).
     let retention = Duration::from_secs(policy.thresholds.retention_secs);
     if all_settled && last_write.elapsed() > retention + policy.cleanup_interval {
         let mut watched = upkeep.watched.lock().unwrap();
-        let cleaned_since_write = watched.get(key).is_some_and(|w| {
-            w.branches
-                .values()
-                .all(|b| b.cleaned.is_some_and(|(at, _)| at > last_write + retention))
+        let done = watched.get(key).is_some_and(|w| {
+            w.branches.values().all(|b| {
+                let changed_at = b.changed.map_or(first_seen, |(_, at)| at);
+                b.cleaned.is_some_and(|at| at > changed_at + retention)
+            })
         });
-        if cleaned_since_write {
+        if done {
             watched.remove(key);
         }
     }
