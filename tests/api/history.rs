@@ -57,6 +57,20 @@ async fn versions_restore_and_tags() {
     );
     let tags = s.ok("/v1/table/h/tags/list", json!({})).await;
     assert_eq!(tags["tags"]["first"]["version"], 2);
+    // Describe by tag answers the tagged version, not the latest.
+    let latest = s.version("h").await;
+    assert_ne!(latest, 2);
+    let d = s.ok("/v1/table/h/describe", json!({"tag": "first"})).await;
+    assert_eq!(d["version"], 2, "{d}");
+    let (status, body) = s
+        .post(
+            "/v1/table/h/describe",
+            json!({"tag": "first", "version": 1}),
+        )
+        .await;
+    assert_error(status, &body, 400, 13);
+    let (status, body) = s.post("/v1/table/h/describe", json!({"tag": "nope"})).await;
+    assert_error(status, &body, 404, 8);
     let (status, body) = s
         .post(
             "/v1/table/h/tags/create",

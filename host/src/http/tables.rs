@@ -118,6 +118,20 @@ pub struct DescribeBody {
     #[serde(flatten)]
     common: Common,
     version: Option<i64>,
+    /// Describe the version (and branch) this tag points at.
+    tag: Option<String>,
+    /// Whether `table_uri` is included (always: the location is no secret here).
+    #[allow(dead_code)]
+    with_table_uri: Option<bool>,
+    /// Detailed metadata (version, schema, stats) is always loaded when the table has data.
+    #[allow(dead_code)]
+    load_detailed_metadata: Option<bool>,
+    /// `is_only_declared` is always populated.
+    #[allow(dead_code)]
+    check_declared: Option<bool>,
+    /// A local data directory needs no credentials: `storage_options` stays empty.
+    #[allow(dead_code)]
+    vend_credentials: Option<bool>,
 }
 
 pub async fn describe(
@@ -143,7 +157,24 @@ pub async fn describe(
         .clone()
         .ok_or_else(|| ApiError::table_not_found(&target.name()))?;
     let version = body.version.or(target.params.int("version")?);
-    let at = At::new(target.branch(&body.common.branch), version)?;
+    let branch = target.branch(&body.common.branch);
+    let tag = body
+        .tag
+        .clone()
+        .or_else(|| target.params.string("tag"))
+        .filter(|t| !t.is_empty());
+    let at = match tag {
+        None => At::new(branch, version)?,
+        Some(_) if version.is_some() || branch.is_some() => {
+            return Err(ApiError::invalid(
+                "tag cannot be given together with version or branch",
+            ));
+        }
+        Some(tag) => {
+            let t = app.store.tag_contents(&location, &tag).await?;
+            At::new(t.branch, Some(t.version as i64))?
+        }
+    };
     let mut out = json!({
         "table": target.id.last(),
         "namespace": &target.id[..target.id.len() - 1],
@@ -168,6 +199,9 @@ pub async fn describe(
             };
             out["version"] = json!(ds.version().version);
             out["is_only_declared"] = json!(false);
+            // The table's own key-value metadata (lance's schema metadata).
+            out["metadata"] = json!(ds.schema().metadata);
+            out["managed_versioning"] = json!(false);
             let deleted = ds.count_deleted_rows().await.map_err(ApiError::from)?;
             out["stats"] =
                 json!({ "num_deleted_rows": deleted, "num_fragments": ds.count_fragments() });

@@ -44,7 +44,19 @@ impl Store {
         branch: Option<&str>,
     ) -> ApiResult<Vec<VersionInfo>> {
         let ds = self.latest(location, branch).await?;
-        let versions = ds.versions().await.map_err(ApiError::from)?;
+        // lance lists the manifests, then reads each: a cleanup removing old versions in
+        // between makes one vanish. List again (the cleanup is quick); at worst, say so.
+        let mut attempt = 0;
+        let versions = loop {
+            match ds.versions().await {
+                Ok(v) => break v,
+                Err(e) if attempt < 5 && ApiError::from_lance(&e).status.as_u16() == 404 => {
+                    attempt += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(20 * attempt)).await;
+                }
+                Err(e) => return Err(ApiError::from(e)),
+            }
+        };
         Ok(versions
             .into_iter()
             .map(|v| VersionInfo {

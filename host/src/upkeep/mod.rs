@@ -149,7 +149,11 @@ async fn check_table(app: &Arc<App>, key: &Key) -> crate::error::ApiResult<()> {
             if s.changed.is_none_or(|(v, _)| v != health.version) {
                 s.changed = Some((health.version, Instant::now()));
             }
-            (s.settled_at, s.changed.map_or(first_seen, |(_, at)| at), s.cleaned)
+            (
+                s.settled_at,
+                s.changed.map_or(first_seen, |(_, at)| at),
+                s.cleaned,
+            )
         };
         // Due when the interval has passed and there may be something to remove: versions
         // that were younger than the retention window at the last cleanup. The first cleanup
