@@ -57,6 +57,15 @@ async fn versions_restore_and_tags() {
     );
     let tags = s.ok("/v1/table/h/tags/list", json!({})).await;
     assert_eq!(tags["tags"]["first"]["version"], 2);
+    // exists with a version or branch checks them too.
+    let (st, _) = s.post("/v1/table/h/exists", json!({"version": 1})).await;
+    assert_eq!(st, 200);
+    let (st, b) = s.post("/v1/table/h/exists", json!({"version": 999})).await;
+    assert_error(st, &b, 404, 11);
+    let (st, b) = s
+        .post("/v1/table/h/exists", json!({"branch": "nope"}))
+        .await;
+    assert_eq!(st, 404, "{b}");
     // Describe by tag answers the tagged version, not the latest.
     let latest = s.version("h").await;
     assert_ne!(latest, 2);

@@ -14,6 +14,7 @@ mod history;
 mod hostile_bodies;
 mod indexes;
 mod jobs;
+mod metadata;
 mod namespaces;
 mod openapi;
 mod operability;

@@ -151,3 +151,22 @@ def test_rest_namespace_client_full_table_lifecycle(lancet):
     assert ns.list_tables(ListTablesRequest(id=["life"])).tables == []
     ns.drop_namespace(DropNamespaceRequest(id=["life"]))
     assert "life" not in ns.list_namespaces(ListNamespacesRequest(id=[])).namespaces
+
+
+def test_table_and_field_metadata_through_both_clients(lancet):
+    import lancedb
+    from lance_namespace import CreateNamespaceRequest, DescribeTableRequest, UpdateTableSchemaMetadataRequest
+
+    ns = lance_namespace.connect("rest", {"uri": lancet.base, "header.x-api-key": lancet.key})
+    ns.create_namespace(CreateNamespaceRequest(id=["md"]))
+    lancet.create_table("md$t", pa.table({"id": [1, 2, 3], "text": ["a", "b", "c"]}))
+    r = ns.update_table_schema_metadata(UpdateTableSchemaMetadataRequest(id=["md", "t"], metadata={"owner": "ana"}))
+    assert r.metadata == {"owner": "ana"}
+    assert ns.describe_table(DescribeTableRequest(id=["md", "t"])).metadata == {"owner": "ana"}
+
+    db = lancedb.connect("db://md", api_key=lancet.key, host_override=lancet.base, region="us-east-1")
+    t = db.open_table("t")
+    before = t.version
+    result = t.update_field_metadata({"path": "text", "metadata": {"lancedb:description": "letters"}})
+    assert result.version == before + 1
+    assert t.schema.field("text").metadata == {b"lancedb:description": b"letters"}

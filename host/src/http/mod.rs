@@ -16,6 +16,7 @@ mod fair;
 pub use extract::Target;
 mod indexes;
 mod jobs;
+mod metadata;
 mod namespaces;
 mod observe;
 pub mod openapi;
@@ -189,6 +190,7 @@ fn build() -> Routes {
     .post("/v1/table/{id}/describe", Read, tables::describe)
     .params(&[VERSION, BRANCH])
     .post("/v1/table/{id}/exists", Read, tables::exists)
+    .params(&[VERSION, BRANCH])
     .post("/v1/table/{id}/drop", Write, tables::drop)
     .post("/v1/table/{id}/deregister", Admin, tables::deregister)
     .post("/v1/table/{id}/register", Admin, tables::register)
@@ -259,6 +261,18 @@ fn build() -> Routes {
     .post("/v1/table/{id}/alter_columns", Write, columns::alter)
     .params(&[BRANCH])
     .post("/v1/table/{id}/drop_columns", Write, columns::drop)
+    .params(&[BRANCH])
+    .post(
+        "/v1/table/{id}/schema_metadata/update",
+        Write,
+        metadata::update_schema_metadata,
+    )
+    .params(&[BRANCH])
+    .post(
+        "/v1/table/{id}/update_field_metadata",
+        Write,
+        metadata::update_field_metadata,
+    )
     .params(&[BRANCH])
     // Tables: history
     .post("/v1/table/{id}/version/list", Read, versions::list)

@@ -219,9 +219,30 @@ pub async fn describe(
     Ok(reply(out))
 }
 
-pub async fn exists(target: Target, JsonBody(body): JsonBody<Common>) -> ApiResult<Response> {
-    target.check_body_id(&body.id)?;
-    target.catalog.locate(&target.id).await?;
+#[derive(Deserialize, Default, schemars::JsonSchema)]
+#[serde(default)]
+pub struct ExistsBody {
+    #[serde(flatten)]
+    common: Common,
+    /// The table must have this version (of `branch`, or main).
+    version: Option<i64>,
+}
+
+/// 200 when the table exists (and, when asked, has the branch and version), else 404.
+pub async fn exists(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<ExistsBody>,
+) -> ApiResult<Response> {
+    target.check_body_id(&body.common.id)?;
+    let location = target.catalog.locate(&target.id).await?;
+    let branch = target.branch(&body.common.branch);
+    let version = body.version.or(target.params.int("version")?);
+    if branch.is_some() || version.is_some() {
+        app.store
+            .read(&location, &At::new(branch, version)?)
+            .await?;
+    }
     Ok(reply(json!({})))
 }
 

@@ -109,7 +109,102 @@ impl Store {
         .await
     }
 
+    /// Merge `metadata` into the table's schema metadata (a `None` value removes its key);
+    /// answers the whole map and the new version.
+    pub async fn update_schema_metadata(
+        &self,
+        location: &str,
+        branch: Option<&str>,
+        metadata: HashMap<String, Option<String>>,
+    ) -> ApiResult<(HashMap<String, String>, u64)> {
+        let ds = self
+            .evolve_to(location, branch, |ds| {
+                Box::pin(async move { ds.update_schema_metadata(metadata).await.map(|_| ()) })
+            })
+            .await?;
+        Ok((ds.schema().metadata.clone(), ds.version().version))
+    }
+
+    /// Field metadata updates by field path: merged into the field's metadata (a `None` value
+    /// removes its key), or replacing it (`replace`). Keys under `lancet.` are the server's (virtual column definitions):
+    /// they cannot be set, and a replace keeps them. Answers the new version and each
+    /// updated field's metadata.
+    pub async fn update_field_metadata(
+        &self,
+        location: &str,
+        branch: Option<&str>,
+        updates: Vec<(String, HashMap<String, Option<String>>, bool)>,
+    ) -> ApiResult<(u64, HashMap<String, HashMap<String, String>>)> {
+        for (path, metadata, _) in &updates {
+            if let Some(k) = metadata.keys().find(|k| k.starts_with("lancet.")) {
+                return Err(ApiError::invalid(format!(
+                    "metadata key '{k}' of field '{path}': keys under 'lancet.' are reserved for the server"
+                )));
+            }
+        }
+        let paths: Vec<String> = updates.iter().map(|u| u.0.clone()).collect();
+        let ds = self
+            .evolve_to(location, branch, |ds| {
+                Box::pin(async move {
+                    let mut resolved = Vec::new();
+                    for (path, metadata, replace) in updates {
+                        let field = ds.schema().field(&path).ok_or_else(|| {
+                            lance_core::Error::invalid_input(format!(
+                                "no field '{path}' in the table"
+                            ))
+                        })?;
+                        let mut metadata = metadata;
+                        if replace {
+                            for (k, v) in &field.metadata {
+                                if k.starts_with("lancet.") {
+                                    metadata.insert(k.clone(), Some(v.clone()));
+                                }
+                            }
+                        }
+                        resolved.push((field.id, metadata, replace));
+                    }
+                    let mut builder = ds.update_field_metadata();
+                    for (id, metadata, replace) in resolved {
+                        builder = if replace {
+                            builder.replace(id, metadata)?
+                        } else {
+                            builder.update(id, metadata)?
+                        };
+                    }
+                    builder.await.map(|_| ())
+                })
+            })
+            .await?;
+        let fields = paths
+            .into_iter()
+            .filter_map(|p| {
+                let md = ds.schema().field(&p)?.metadata.clone();
+                Some((p, md))
+            })
+            .collect();
+        Ok((ds.version().version, fields))
+    }
+
     async fn evolve<F>(&self, location: &str, branch: Option<&str>, op: F) -> ApiResult<u64>
+    where
+        F: for<'a> FnOnce(
+            &'a mut lance::Dataset,
+        ) -> futures::future::BoxFuture<'a, lance_core::Result<()>>,
+    {
+        Ok(self
+            .evolve_to(location, branch, op)
+            .await?
+            .version()
+            .version)
+    }
+
+    /// Apply `op` to the latest version under the write lock; answers the new version.
+    async fn evolve_to<F>(
+        &self,
+        location: &str,
+        branch: Option<&str>,
+        op: F,
+    ) -> ApiResult<Arc<lance::Dataset>>
     where
         F: for<'a> FnOnce(
             &'a mut lance::Dataset,
@@ -118,8 +213,8 @@ impl Store {
         let _guard = self.write_lock(location, branch).await;
         let mut ds = (*self.latest(location, branch).await?).clone();
         op(&mut ds).await.map_err(ApiError::from)?;
-        let version = ds.version().version;
-        self.remember(location, branch, Arc::new(ds));
-        Ok(version)
+        let ds = Arc::new(ds);
+        self.remember(location, branch, ds.clone());
+        Ok(ds)
     }
 }
