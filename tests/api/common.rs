@@ -190,9 +190,16 @@ impl Server {
         self.kill();
     }
 
-    /// Kill this server hard and start a new one on the same data directory (and with the
-    /// same environment).
+    /// Kill this server hard and start a new one on the same data directory (with the
+    /// default environment: a test's fault settings are not carried over).
     pub async fn restart(mut self) -> Server {
+        self.kill_hard();
+        let data = self.take_data();
+        Server::start_with(data, &[]).await
+    }
+
+    /// As `restart`, with the environment this server was started with.
+    pub async fn restart_same(mut self) -> Server {
         self.kill_hard();
         let data = self.take_data();
         let env = std::mem::take(&mut self.env);

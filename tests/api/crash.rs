@@ -614,7 +614,7 @@ async fn sigkill_at_random_moments_loses_no_acknowledged_write_and_applies_nothi
             .await;
         let u_out = stats.settle("u-insert", Some(u_task)).await;
 
-        s = s.restart().await;
+        s = s.restart_same().await;
         m.check_k(&s, &kop, &k_out, &mut stats).await;
         m.probe_k(&s, &mut rng).await;
         if let Some(a) = &aop {

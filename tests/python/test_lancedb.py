@@ -97,3 +97,18 @@ def test_lancedb_credentials_and_databases(lancet):
     except Exception as e:
         assert "not found" in str(e).lower() or "404" in str(e), e
     assert db.open_table("a").count_rows() == 3
+
+
+def test_lancedb_prewarm(lancet):
+    db = lancedb.connect("db://test", api_key=lancet.key, host_override=lancet.base, region="us-east-1")
+    t = db.create_table("pw", pa.table({"id": list(range(50)), "text": [f"w{i}" for i in range(50)]}))
+    t.create_scalar_index("id")
+    t.prewarm_index("id_idx")
+    t.prewarm_data(["text"])
+    t.prewarm_data()
+    try:
+        t.prewarm_index("missing_idx")
+        raise AssertionError("prewarming a missing index succeeded")
+    except Exception as e:
+        assert "missing_idx" in str(e)
+    assert t.count_rows("id < 10") == 10

@@ -1,4 +1,5 @@
-//! `/v1/table/{id}/{create_index,create_scalar_index,index/list,index/{name}/stats,index/{name}/drop}`.
+//! `/v1/table/{id}/{create_index,create_scalar_index,index/list,index/{name}/stats,index/{name}/drop,
+//! index/{name}/prewarm,page_cache/prewarm}`.
 
 use axum::extract::{Path, State};
 use axum::response::Response;
@@ -132,4 +133,45 @@ pub async fn drop(
         .drop_index(&location, target.branch(&body.branch).as_deref(), &name)
         .await?;
     Ok(reply(json!({ "version": version })))
+}
+
+/// `index/{name}/prewarm`: load the index into the server's cache before queries need it.
+pub async fn prewarm_index(
+    State(app): State<AppState>,
+    target: Target,
+    Path((_, name)): Path<(String, String)>,
+    JsonBody(body): JsonBody<ReadBody>,
+) -> ApiResult<Response> {
+    let location = app.table(&target, &body.common.id).await?;
+    app.store
+        .prewarm_index(&location, &at(&target, &body)?, &name)
+        .await?;
+    Ok(reply(json!({})))
+}
+
+#[derive(Deserialize, Default, schemars::JsonSchema)]
+#[serde(default)]
+pub struct PrewarmBody {
+    #[serde(flatten)]
+    read: ReadBody,
+    /// The columns to read (default: all).
+    columns: Option<Vec<String>>,
+}
+
+/// `page_cache/prewarm`: read columns once so their pages are in memory.
+pub async fn prewarm_pages(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<PrewarmBody>,
+) -> ApiResult<Response> {
+    let location = app.table(&target, &body.read.common.id).await?;
+    let (rows, bytes) = app
+        .store
+        .prewarm_columns(
+            &location,
+            &at(&target, &body.read)?,
+            body.columns.as_deref().filter(|c| !c.is_empty()),
+        )
+        .await?;
+    Ok(reply(json!({ "rows_read": rows, "bytes_read": bytes })))
 }

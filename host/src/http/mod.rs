@@ -255,6 +255,18 @@ fn build() -> Routes {
         indexes::drop,
     )
     .params(&[BRANCH])
+    .post(
+        "/v1/table/{id}/index/{index_name}/prewarm",
+        Read,
+        indexes::prewarm_index,
+    )
+    .params(&[VERSION, BRANCH])
+    .post(
+        "/v1/table/{id}/page_cache/prewarm",
+        Read,
+        indexes::prewarm_pages,
+    )
+    .params(&[VERSION, BRANCH])
     // Tables: schema
     .post("/v1/table/{id}/add_columns", Write, columns::add)
     .params(&[BRANCH])

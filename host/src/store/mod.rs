@@ -9,6 +9,7 @@ mod columns;
 mod flat_search;
 mod history;
 mod indexes;
+mod prewarm;
 mod query;
 mod upkeep;
 mod vector_cache;
