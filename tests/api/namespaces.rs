@@ -10,6 +10,36 @@ async fn namespace_lifecycle_and_pagination() {
     }
     let (status, body) = s.post("/v1/namespace/a/create", json!({})).await;
     assert_error(status, &body, 409, 2);
+    // ExistOk keeps it (and its properties); Overwrite drops its contents and recreates it.
+    s.ok(
+        "/v1/namespace/m/create",
+        json!({"properties": {"owner": "ana"}}),
+    )
+    .await;
+    s.create_table("m$t", 3).await;
+    let r = s
+        .ok(
+            "/v1/namespace/m/create",
+            json!({"mode": "ExistOk", "properties": {"owner": "bo"}}),
+        )
+        .await;
+    assert_eq!(r["properties"], json!({"owner": "ana"}), "{r}");
+    let (st, _) = s.post("/v1/table/m$t/exists", json!({})).await;
+    assert_eq!(st, 200);
+    s.ok(
+        "/v1/namespace/m/create?mode=overwrite",
+        json!({"properties": {"owner": "cy"}}),
+    )
+    .await;
+    let d = s.ok("/v1/namespace/m/describe", json!({})).await;
+    assert_eq!(d["properties"], json!({"owner": "cy"}), "{d}");
+    let (st, _) = s.post("/v1/table/m$t/exists", json!({})).await;
+    assert_eq!(st, 404, "overwrite drops the namespace's tables");
+    let (st, b) = s
+        .post("/v1/namespace/m/create", json!({"mode": "replace"}))
+        .await;
+    assert_error(st, &b, 400, 13);
+    s.ok("/v1/namespace/m/drop", json!({})).await;
 
     let (_, page1) = s.get("/v1/namespace/$/list?limit=2").await;
     assert_eq!(page1["namespaces"], json!(["a", "b"]));

@@ -162,6 +162,10 @@ def test_table_and_field_metadata_through_both_clients(lancet):
     lancet.create_table("md$t", pa.table({"id": [1, 2, 3], "text": ["a", "b", "c"]}))
     r = ns.update_table_schema_metadata(UpdateTableSchemaMetadataRequest(id=["md", "t"], metadata={"owner": "ana"}))
     assert r.metadata == {"owner": "ana"}
+    r = ns.update_table_schema_metadata(UpdateTableSchemaMetadataRequest(id=["md", "t"], metadata={"team": "x", "owner": "ana"}))
+    assert r.metadata == {"team": "x", "owner": "ana"}
+    r = ns.update_table_schema_metadata(UpdateTableSchemaMetadataRequest(id=["md", "t"], metadata={"owner": "ana"}))
+    assert r.metadata == {"owner": "ana"}  # replaced, as the spec says
     assert ns.describe_table(DescribeTableRequest(id=["md", "t"])).metadata == {"owner": "ana"}
 
     db = lancedb.connect("db://md", api_key=lancet.key, host_override=lancet.base, region="us-east-1")

@@ -12,30 +12,35 @@ use super::extract::{Common, JsonBody, Target};
 use super::{AppState, reply};
 use crate::error::{ApiError, ApiResult};
 
-#[derive(Deserialize, Default, schemars::JsonSchema)]
-#[serde(default)]
-pub struct SchemaMetadataBody {
-    #[serde(flatten)]
-    common: Common,
-    /// Key-value pairs merged into the table's schema metadata (null removes a key).
-    metadata: Option<HashMap<String, Option<String>>>,
-}
-
+/// `schema_metadata/update`, as the REST spec has it: the body is the bare map of the new
+/// schema metadata (strings), which *replaces* the table's; the answer is the bare map. The
+/// branch comes from the `branch` query parameter.
 pub async fn update_schema_metadata(
     State(app): State<AppState>,
     target: Target,
-    JsonBody(body): JsonBody<SchemaMetadataBody>,
+    JsonBody(body): JsonBody<HashMap<String, serde_json::Value>>,
 ) -> ApiResult<Response> {
-    let location = app.table(&target, &body.common.id).await?;
-    let branch = target.branch(&body.common.branch);
-    let metadata = body
-        .metadata
-        .ok_or_else(|| ApiError::invalid("metadata is required (a map of strings)"))?;
-    let (merged, version) = app
+    let location = app.table(&target, &None).await?;
+    let branch = target.branch(&None);
+    let mut metadata = HashMap::with_capacity(body.len());
+    for (k, v) in body {
+        match v {
+            serde_json::Value::String(v) => metadata.insert(k, v),
+            other => {
+                return Err(ApiError::invalid(format!(
+                    "schema metadata value of '{k}' must be a string, got {other}"
+                )));
+            }
+        };
+    }
+    let (metadata, _version) = app
         .store
-        .update_schema_metadata(&location, branch.as_deref(), metadata)
+        .replace_schema_metadata(&location, branch.as_deref(), metadata)
         .await?;
-    Ok(reply(json!({ "metadata": merged, "version": version })))
+    let mut response = reply(json!(metadata));
+    // Clients read the answer as a map of strings: no `context` may be added to it.
+    response.extensions_mut().insert(super::context::Verbatim);
+    Ok(response)
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]

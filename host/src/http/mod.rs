@@ -170,6 +170,7 @@ fn build() -> Routes {
     .get("/v1/openapi.json", Read, openapi::serve)
     // Namespaces
     .post("/v1/namespace/{id}/create", Admin, namespaces::create)
+    .params(&[NAMESPACE_MODE])
     .get_post("/v1/namespace/{id}/list", Read, namespaces::list)
     .params(&[LIMIT, PAGE_TOKEN])
     .post("/v1/namespace/{id}/describe", Read, namespaces::describe)

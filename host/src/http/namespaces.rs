@@ -26,8 +26,63 @@ fn listable(id: &[String]) -> ApiResult<()> {
     }
 }
 
-pub async fn create(Model(target, request): Model<CreateNamespaceRequest>) -> ApiResult<Response> {
+/// `mode` as the spec defines it when the namespace exists: `Create` (default) is a 409,
+/// `ExistOk` keeps it (and answers its properties), `Overwrite` drops it with everything in
+/// it and creates it empty with the new properties.
+pub async fn create(
+    State(app): State<AppState>,
+    Model(target, mut request): Model<CreateNamespaceRequest>,
+) -> ApiResult<Response> {
     listable(&target.id)?;
+    let mode = request
+        .mode
+        .take()
+        .or_else(|| target.params.string("mode"))
+        .unwrap_or_default()
+        .to_ascii_lowercase()
+        .replace('_', "");
+    if !matches!(mode.as_str(), "" | "create" | "existok" | "overwrite") {
+        return Err(ApiError::invalid(format!(
+            "unknown mode '{mode}': use Create, ExistOk or Overwrite"
+        )));
+    }
+    let exists = !target.id.is_empty()
+        && target
+            .catalog
+            .ns()
+            .namespace_exists(NamespaceExistsRequest {
+                id: Some(target.id.clone()),
+                ..Default::default()
+            })
+            .await
+            .is_ok();
+    if exists && mode == "existok" {
+        let described = target
+            .catalog
+            .ns()
+            .describe_namespace(DescribeNamespaceRequest {
+                id: Some(target.id.clone()),
+                ..Default::default()
+            })
+            .await
+            .map_err(ApiError::from)?;
+        return Ok(reply(
+            json!({ "properties": described.properties.unwrap_or_default() }),
+        ));
+    }
+    if exists && mode == "overwrite" {
+        drop_contents(&app, &target.catalog, &target.id).await?;
+        target
+            .catalog
+            .ns()
+            .drop_namespace(DropNamespaceRequest {
+                id: Some(target.id.clone()),
+                ..Default::default()
+            })
+            .await
+            .map_err(ApiError::from)?;
+        target.catalog.invalidate_all();
+    }
     answer(target.catalog.ns().create_namespace(request).await)
 }
 

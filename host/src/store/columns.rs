@@ -109,17 +109,21 @@ impl Store {
         .await
     }
 
-    /// Merge `metadata` into the table's schema metadata (a `None` value removes its key);
-    /// answers the whole map and the new version.
-    pub async fn update_schema_metadata(
+    /// Replace the table's schema metadata with `metadata`; answers the new map and version.
+    pub async fn replace_schema_metadata(
         &self,
         location: &str,
         branch: Option<&str>,
-        metadata: HashMap<String, Option<String>>,
+        metadata: HashMap<String, String>,
     ) -> ApiResult<(HashMap<String, String>, u64)> {
         let ds = self
             .evolve_to(location, branch, |ds| {
-                Box::pin(async move { ds.update_schema_metadata(metadata).await.map(|_| ()) })
+                Box::pin(async move {
+                    ds.update_schema_metadata(metadata)
+                        .replace()
+                        .await
+                        .map(|_| ())
+                })
             })
             .await?;
         Ok((ds.schema().metadata.clone(), ds.version().version))

@@ -55,6 +55,12 @@ pub const CREATE_MODE: Param = Param::new(
     Kind::Choice(&["create", "overwrite", "exist_ok"]),
     "What to do when the table exists (default create: 409).",
 );
+pub const NAMESPACE_MODE: Param = Param::new(
+    "mode",
+    Kind::Choice(&["create", "exist_ok", "overwrite"]),
+    "What to do when the namespace exists: 409 (default), keep it, or drop it with its \
+     contents and create it empty.",
+);
 pub const PROPERTIES: Param = Param::new(
     "properties",
     Kind::JsonObject,
