@@ -17,6 +17,36 @@ async fn versions_restore_and_tags() {
         .map(|x| x["version"].as_u64().unwrap())
         .collect();
     assert_eq!(versions, vec![1, 2, 3]);
+    // Each version names its manifest file, with its size and e-tag.
+    let location = s.ok("/v1/table/h/describe", json!({})).await["location"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for entry in v["versions"].as_array().unwrap() {
+        let path = entry["manifest_path"].as_str().unwrap();
+        assert!(
+            path.starts_with(&format!("{location}/_versions/")),
+            "{entry}"
+        );
+        let on_disk = std::fs::metadata(path.trim_start_matches("file://"))
+            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!(entry["manifest_size"], on_disk.len(), "{entry}");
+        assert!(entry["e_tag"].is_string(), "{entry}");
+    }
+    let d = s
+        .ok("/v1/table/h/version/describe", json!({"version": 2}))
+        .await;
+    assert_eq!(d["version"]["version"], 2, "{d}");
+    assert_eq!(
+        d["version"]["manifest_path"],
+        v["versions"][1]["manifest_path"]
+    );
+    let d = s.ok("/v1/table/h/version/describe", json!({})).await;
+    assert_eq!(d["version"]["version"], 3, "the latest by default: {d}");
+    let (st, b) = s
+        .post("/v1/table/h/version/describe", json!({"version": 42}))
+        .await;
+    assert_error(st, &b, 404, 11);
     let p = s.ok("/v1/table/h/version/list", json!({"limit": 2})).await;
     assert_eq!(p["versions"].as_array().unwrap().len(), 2);
     let rest = s

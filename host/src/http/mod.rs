@@ -290,6 +290,8 @@ fn build() -> Routes {
     // Tables: history
     .post("/v1/table/{id}/version/list", Read, versions::list)
     .params(&[BRANCH, LIMIT, PAGE_TOKEN, DESCENDING])
+    .post("/v1/table/{id}/version/describe", Read, versions::describe)
+    .params(&[VERSION, BRANCH])
     .post("/v1/table/{id}/restore", Write, versions::restore)
     .params(&[BRANCH])
     .post("/v1/table/{id}/tags/list", Read, versions::list_tags)

@@ -1,4 +1,4 @@
-//! `/v1/table/{id}/{version/list,restore,tags/*}`: history and tags.
+//! `/v1/table/{id}/{version/list,version/describe,restore,tags/*}`: history and tags.
 
 use axum::extract::State;
 use axum::response::Response;
@@ -10,7 +10,7 @@ use axum::response::IntoResponse;
 use super::extract::{Common, Dialect, JsonBody, Target, page, paginate};
 use super::{AppState, reply};
 use crate::error::{ApiError, ApiResult};
-use crate::store::At;
+use crate::store::{At, ManifestFile, VersionInfo};
 
 #[derive(Deserialize, Default, schemars::JsonSchema)]
 #[serde(default)]
@@ -65,11 +65,66 @@ pub async fn list(
         versions.truncate(l);
         next = versions.last().map(|v| v.version.to_string());
     }
+    let numbers: Vec<u64> = versions.iter().map(|v| v.version).collect();
+    let files = app
+        .store
+        .manifest_files(&location, branch.as_deref(), &numbers)
+        .await?;
     let versions: Vec<_> = versions
         .into_iter()
-        .map(|v| json!({ "version": v.version, "timestamp_millis": v.timestamp_millis, "timestamp": chrono::DateTime::from_timestamp_millis(v.timestamp_millis).map(|t| t.to_rfc3339()), "metadata": v.metadata, "manifest_path": "" }))
+        .zip(files)
+        .map(|(v, f)| version_json(&v, f.as_ref()))
         .collect();
     Ok(reply(json!({ "versions": versions, "page_token": next })))
+}
+
+/// The spec's `TableVersion`, plus `timestamp` (RFC 3339) for the lancedb SDK.
+fn version_json(v: &VersionInfo, file: Option<&ManifestFile>) -> serde_json::Value {
+    json!({
+        "version": v.version,
+        "timestamp_millis": v.timestamp_millis,
+        "timestamp": chrono::DateTime::from_timestamp_millis(v.timestamp_millis).map(|t| t.to_rfc3339()),
+        "metadata": v.metadata,
+        "manifest_path": file.map(|f| f.path.as_str()).unwrap_or_default(),
+        "manifest_size": file.and_then(|f| f.size),
+        "e_tag": file.and_then(|f| f.e_tag.as_deref()),
+    })
+}
+
+#[derive(Deserialize, Default, schemars::JsonSchema)]
+#[serde(default)]
+pub struct DescribeVersionBody {
+    #[serde(flatten)]
+    common: Common,
+    /// Default: the latest version of the branch.
+    version: Option<i64>,
+}
+
+/// `version/describe`: one version of a branch (default: its latest) as a `TableVersion`.
+pub async fn describe(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<DescribeVersionBody>,
+) -> ApiResult<Response> {
+    let location = app.table(&target, &body.common.id).await?;
+    let branch = target.branch(&body.common.branch);
+    let at = At::new(
+        branch.clone(),
+        body.version.or(target.params.int("version")?),
+    )?;
+    let ds = app.store.read(&location, &at).await?;
+    let v = VersionInfo {
+        version: ds.version().version,
+        timestamp_millis: ds.version().timestamp.timestamp_millis(),
+        metadata: ds.version().metadata,
+    };
+    let files = app
+        .store
+        .manifest_files(&location, branch.as_deref(), &[v.version])
+        .await?;
+    Ok(reply(
+        json!({ "version": version_json(&v, files[0].as_ref()) }),
+    ))
 }
 
 #[derive(Deserialize, Default, schemars::JsonSchema)]

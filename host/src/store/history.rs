@@ -15,6 +15,14 @@ pub struct VersionInfo {
     pub metadata: std::collections::BTreeMap<String, String>,
 }
 
+/// Where a version's manifest is, as the spec's `TableVersion` reports it.
+pub struct ManifestFile {
+    /// The manifest's URI: the table's location joined with `_versions/<file>`.
+    pub path: String,
+    pub size: Option<u64>,
+    pub e_tag: Option<String>,
+}
+
 fn tag_error(err: lance_core::Error, tag: &str) -> ApiError {
     let api = ApiError::from(err);
     match api.code {
@@ -65,6 +73,43 @@ impl Store {
                 metadata: v.metadata,
             })
             .collect())
+    }
+
+    /// The manifest file of each of `versions` of `branch` (None for one that is gone).
+    pub async fn manifest_files(
+        &self,
+        location: &str,
+        branch: Option<&str>,
+        versions: &[u64],
+    ) -> ApiResult<Vec<Option<ManifestFile>>> {
+        let ds = self.latest(location, branch).await?;
+        let current = ds.manifest_location();
+        let scheme = current.naming_scheme;
+        let current_path = current.path.to_string();
+        let Some((root, _)) = current_path.rsplit_once("/_versions/") else {
+            return Err(ApiError::internal(format!(
+                "unexpected manifest path {current_path}"
+            )));
+        };
+        let root = object_store::path::Path::from(root);
+        let store = ds.object_store(None).await.map_err(ApiError::from)?;
+        let mut out = Vec::with_capacity(versions.len());
+        for &v in versions {
+            let path = scheme.manifest_path(&root, v);
+            let file = path.filename().unwrap_or_default().to_string();
+            out.push(
+                match object_store::ObjectStoreExt::head(&store.inner, &path).await {
+                    Ok(meta) => Some(ManifestFile {
+                        path: format!("{}/_versions/{file}", location.trim_end_matches('/')),
+                        size: Some(meta.size),
+                        e_tag: meta.e_tag,
+                    }),
+                    Err(object_store::Error::NotFound { .. }) => None,
+                    Err(e) => return Err(ApiError::internal(e.to_string())),
+                },
+            );
+        }
+        Ok(out)
     }
 
     /// Make `version` the latest version of the branch again (a new commit, history kept).
