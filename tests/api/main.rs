@@ -20,5 +20,6 @@ mod openapi;
 mod operability;
 mod protocol;
 mod query;
+mod table_versions;
 mod udf;
 mod upkeep;

@@ -234,6 +234,24 @@ fn crash_point(point: &str) {
     }
 }
 
+/// Whether object-store path `path` names an object under table location `location` (a local
+/// path or a URI): staged manifests must be the table's own, not any object of the store.
+fn within_table(location: &str, path: &str) -> bool {
+    let root = match location.split_once("://") {
+        // file:///abs/path -> abs/path; s3://bucket/prefix -> prefix (paths are per bucket).
+        Some(("file", rest)) => rest.trim_start_matches('/'),
+        Some((_, rest)) => rest.split_once('/').map_or("", |(_, p)| p),
+        None => location.trim_start_matches('/'),
+    };
+    let root = root.trim_end_matches('/');
+    let path = path.trim_start_matches('/');
+    !root.is_empty()
+        && path.len() > root.len() + 1
+        && path.starts_with(root)
+        && path.as_bytes()[root.len()] == b'/'
+        && !path.split('/').any(|seg| seg == ".." || seg == ".")
+}
+
 fn sha256(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
@@ -420,7 +438,13 @@ impl Catalog {
                         "create_table_version needs a version >= 0 and a manifest_path",
                     ));
                 }
-                self.locate(id).await?;
+                let location = self.locate(id).await?;
+                if !within_table(&location, &r.manifest_path) {
+                    return Err(ApiError::invalid(format!(
+                        "manifest_path '{}' is not inside the table's location {location}: a version's manifest is staged in its own table",
+                        r.manifest_path
+                    )));
+                }
                 let staged = self
                     .intents
                     .read_object(&r.manifest_path)

@@ -93,14 +93,17 @@ pub async fn commit(caller: Caller, JsonBody(body): JsonBody<BatchBody>) -> ApiR
         .collect::<ApiResult<_>>()?;
     match caller.catalog.commit_batch(ops).await {
         Ok(results) => Ok(reply(json!({ "results": results }))),
-        Err(failure) => Err(render(failure)),
+        Err(failure) => Err(render(failure, "batch-commit")),
     }
 }
 
-fn render(BatchFailure { error, op, stage }: BatchFailure) -> ApiError {
+/// A failed batch as the client's answer; `what` names the request (`batch-commit`, or the
+/// version operation a one-operation batch stands for).
+pub(super) fn render(BatchFailure { error, op, stage }: BatchFailure, what: &str) -> ApiError {
     let which = match op {
-        Some(i) => format!("batch-commit operation {i}"),
-        None => "batch-commit".to_string(),
+        Some(i) if what == "batch-commit" => format!("batch-commit operation {i}"),
+        Some(i) if what == "version/batch-create" => format!("{what} entry {i}"),
+        _ => what.to_string(),
     };
     match stage {
         // Refused by the checks: the error as it is (e.g. 404 for a missing table).

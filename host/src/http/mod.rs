@@ -24,6 +24,7 @@ pub use observe::{ServedTenant, install_panic_hook};
 pub mod overload;
 mod query;
 mod query_body;
+mod table_versions;
 mod tables;
 mod upkeep;
 mod versions;
@@ -292,6 +293,21 @@ fn build() -> Routes {
     .params(&[BRANCH, LIMIT, PAGE_TOKEN, DESCENDING])
     .post("/v1/table/{id}/version/describe", Read, versions::describe)
     .params(&[VERSION, BRANCH])
+    .post(
+        "/v1/table/{id}/version/create",
+        Write,
+        table_versions::create,
+    )
+    .post(
+        "/v1/table/{id}/version/delete",
+        Write,
+        table_versions::delete,
+    )
+    .post(
+        "/v1/table/version/batch-create",
+        Write,
+        table_versions::batch_create,
+    )
     .post("/v1/table/{id}/restore", Write, versions::restore)
     .params(&[BRANCH])
     .post("/v1/table/{id}/tags/list", Read, versions::list_tags)
