@@ -29,7 +29,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the REST API over a data directory or object store root.
-    Serve(ServeConfig),
+    Serve(Box<ServeConfig>),
     /// UDF helpers.
     #[command(subcommand)]
     Udf(UdfCommand),
@@ -208,7 +208,7 @@ fn main() {
         .build()
         .expect("tokio runtime");
     let result = match cli.command {
-        Command::Serve(config) => runtime.block_on(lancet::server::serve(config)),
+        Command::Serve(config) => runtime.block_on(lancet::server::serve(*config)),
         Command::Udf(UdfCommand::Package {
             file,
             entry,
