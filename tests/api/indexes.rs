@@ -179,3 +179,81 @@ async fn index_bad_input_and_branches() {
     );
     assert_eq!(s.version("ib").await, 2);
 }
+
+#[tokio::test]
+async fn ivf_rq_and_target_partition_size() {
+    use std::sync::Arc;
+
+    use arrow_array::{FixedSizeListArray, Float32Array, Int64Array, RecordBatch};
+    use arrow_schema::{DataType, Field, Schema};
+    let s = Server::start().await;
+    // 4-d vectors: IVF_RQ needs a multiple of 8 dimensions, and says so.
+    s.create_table("small", 10).await;
+    let (st, b) = s
+        .post(
+            "/v1/table/small/create_index",
+            json!({"column": "vec", "index_type": "IVF_RQ"}),
+        )
+        .await;
+    assert_error(st, &b, 400, 13);
+    let item = Arc::new(Field::new("item", DataType::Float32, true));
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("vec", DataType::FixedSizeList(item.clone(), 8), true),
+    ]));
+    let values: Vec<f32> = (0..400)
+        .flat_map(|i| {
+            let i = i as f32;
+            [
+                i,
+                1.0,
+                (i * 0.37).sin(),
+                (i * 0.11).cos(),
+                i % 7.0,
+                2.0,
+                i / 50.0,
+                0.5,
+            ]
+        })
+        .collect();
+    let batch = RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int64Array::from_iter_values(0..400)),
+            Arc::new(
+                FixedSizeListArray::try_new(item, 8, Arc::new(Float32Array::from(values)), None)
+                    .unwrap(),
+            ),
+        ],
+    )
+    .unwrap();
+    let (st, b) = s.post_arrow("/v1/table/rq/create", &batch).await;
+    assert_eq!(st, 200, "{b}");
+    s.ok(
+        "/v1/table/rq/create_index",
+        json!({"column": "vec", "index_type": "IVF_RQ", "name": "rq_idx", "target_partition_size": 100, "num_bits": 1}),
+    )
+    .await;
+    let stats = s.ok("/v1/table/rq/index/rq_idx/stats", json!({})).await;
+    assert_eq!(stats["num_indexed_rows"], 400, "{stats}");
+    let index = s.ok("/v1/table/rq/index/list", json!({})).await["indexes"][0].clone();
+    assert!(
+        index["index_type"].as_str().unwrap().contains("RQ"),
+        "{index}"
+    );
+    // Row 7's own vector finds row 7 first (refined by exact distances).
+    let hits = s
+        .query(
+            "rq",
+            json!({"vector": [7.0, 1.0, (7.0f32 * 0.37).sin(), (7.0f32 * 0.11).cos(), 0.0, 2.0, 7.0 / 50.0, 0.5], "k": 1, "columns": ["id"], "nprobes": 4, "refine_factor": 10}),
+        )
+        .await;
+    assert_eq!(ids(&hits), vec![7]);
+    let (st, b) = s
+        .post(
+            "/v1/table/rq/create_index",
+            json!({"column": "vec", "index_type": "IVF_PQ", "num_partitions": 2, "target_partition_size": 100}),
+        )
+        .await;
+    assert_error(st, &b, 400, 13);
+}

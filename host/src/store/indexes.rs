@@ -10,6 +10,7 @@ use lance::index::vector::VectorIndexParams;
 use lance_index::IndexType;
 use lance_index::is_system_index;
 use lance_index::scalar::{BuiltinIndexType, InvertedIndexParams, ScalarIndexParams};
+use lance_index::vector::bq::RQBuildParams;
 use lance_index::vector::hnsw::builder::HnswBuildParams;
 use lance_index::vector::ivf::IvfBuildParams;
 use lance_index::vector::pq::PQBuildParams;
@@ -33,6 +34,8 @@ pub struct IndexOptions {
     pub metric_type: Option<String>,
     pub replace: Option<bool>,
     pub num_partitions: Option<i64>,
+    /// Rows per IVF partition to aim for (instead of `num_partitions`).
+    pub target_partition_size: Option<i64>,
     pub num_sub_vectors: Option<i64>,
     pub num_bits: Option<i64>,
     pub sample_rate: Option<i64>,
@@ -70,7 +73,7 @@ fn index_type(name: &str) -> ApiResult<IndexType> {
     };
     IndexType::try_from(lance_name).map_err(|_| {
         ApiError::invalid(format!(
-            "unsupported index_type '{name}': use BTREE, BITMAP, LABEL_LIST, INVERTED/FTS, NGRAM, ZONEMAP, BLOOMFILTER, IVF_FLAT, IVF_PQ, IVF_SQ, IVF_HNSW_FLAT, IVF_HNSW_SQ or IVF_HNSW_PQ"
+            "unsupported index_type '{name}': use BTREE, BITMAP, LABEL_LIST, INVERTED/FTS, NGRAM, ZONEMAP, BLOOMFILTER, IVF_FLAT, IVF_PQ, IVF_SQ, IVF_RQ, IVF_HNSW_FLAT, IVF_HNSW_SQ or IVF_HNSW_PQ"
         ))
     })
 }
@@ -138,6 +141,14 @@ impl IndexOptions {
         if let Some(n) = positive("num_partitions", self.num_partitions)? {
             ivf.num_partitions = Some(n);
         }
+        if let Some(n) = positive("target_partition_size", self.target_partition_size)? {
+            if self.num_partitions.is_some() {
+                return Err(ApiError::invalid(
+                    "give num_partitions or target_partition_size, not both",
+                ));
+            }
+            ivf.target_partition_size = Some(n);
+        }
         if let Some(n) = positive("sample_rate", self.sample_rate)? {
             ivf.sample_rate = n;
         }
@@ -173,6 +184,15 @@ impl IndexOptions {
             ),
             IndexType::IvfHnswPq => {
                 VectorIndexParams::with_ivf_hnsw_pq_params(metric, ivf, hnsw, pq)
+            }
+            IndexType::IvfRq => {
+                let mut rq = RQBuildParams::default();
+                if let Some(n) = positive("num_bits", self.num_bits)? {
+                    rq.num_bits = u8::try_from(n).map_err(|_| {
+                        ApiError::invalid(format!("num_bits must be at most 255, got {n}"))
+                    })?;
+                }
+                VectorIndexParams::with_ivf_rq_params(metric, ivf, rq)
             }
             other => {
                 return Err(ApiError::invalid(format!(
