@@ -21,5 +21,6 @@ mod operability;
 mod protocol;
 mod query;
 mod table_versions;
+mod transactions;
 mod udf;
 mod upkeep;

@@ -174,3 +174,14 @@ def test_table_and_field_metadata_through_both_clients(lancet):
     result = t.update_field_metadata({"path": "text", "metadata": {"lancedb:description": "letters"}})
     assert result.version == before + 1
     assert t.schema.field("text").metadata == {b"lancedb:description": b"letters"}
+
+
+def test_transactions_through_the_namespace_client(lancet):
+    from lance_namespace import DescribeTransactionRequest
+
+    ns = lance_namespace.connect("rest", {"uri": lancet.base, "header.x-api-key": lancet.key})
+    lancet.create_table("tx", pa.table({"id": [1, 2, 3]}))
+    r = lancet.post("/v1/table/tx/delete", {"predicate": "id = 1"})
+    d = ns.describe_transaction(DescribeTransactionRequest(id=[r["transaction_id"]]))
+    assert d.status == "Succeeded"
+    assert d.properties["operation"] == "Delete" and d.properties["version"] == str(r["version"])

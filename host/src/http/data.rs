@@ -15,6 +15,11 @@ use super::{AppState, reply};
 use crate::error::{ApiError, ApiResult};
 use crate::store::{At, MergeOptions};
 
+/// The spec's `transaction_id` of the write that made `version` (see `transactions.rs`).
+fn tx(target: &Target, branch: &Option<String>, version: u64) -> String {
+    super::transactions::write_transaction_id(&target.id, branch.as_deref(), version)
+}
+
 /// Writes to a table that is only declared create it (spec part 3).
 async fn is_declared_only(app: &AppState, location: &str, branch: Option<&str>) -> ApiResult<bool> {
     match app.store.latest(location, branch).await {
@@ -64,7 +69,7 @@ pub async fn insert(
             .await?
     };
     Ok(reply(
-        json!({ "num_inserted_rows": rows, "version": ds.version().version }),
+        json!({ "num_inserted_rows": rows, "version": ds.version().version, "transaction_id": tx(&target, &branch, ds.version().version) }),
     ))
 }
 
@@ -111,7 +116,8 @@ pub async fn merge_insert(
             )
             .await?;
         return Ok(reply(json!({
-            "num_updated_rows": 0, "num_inserted_rows": rows, "num_deleted_rows": 0, "version": ds.version().version
+            "num_updated_rows": 0, "num_inserted_rows": rows, "num_deleted_rows": 0, "version": ds.version().version,
+            "transaction_id": tx(&target, &branch, ds.version().version),
         })));
     }
     let hook = app.virtual_columns.insert_hook(target.caller.tenant());
@@ -130,6 +136,7 @@ pub async fn merge_insert(
         "num_inserted_rows": counts.inserted,
         "num_deleted_rows": counts.deleted,
         "version": counts.version,
+        "transaction_id": tx(&target, &branch, counts.version),
     })))
 }
 
@@ -183,7 +190,7 @@ pub async fn update(
         )
         .await?;
     Ok(reply(
-        json!({ "updated_rows": rows, "rows_updated": rows, "version": version }),
+        json!({ "updated_rows": rows, "rows_updated": rows, "version": version, "transaction_id": tx(&target, &branch, version) }),
     ))
 }
 
@@ -211,7 +218,7 @@ pub async fn delete(
         .delete(&location, branch.as_deref(), &predicate)
         .await?;
     Ok(reply(
-        json!({ "version": version, "num_deleted_rows": deleted }),
+        json!({ "version": version, "num_deleted_rows": deleted, "transaction_id": tx(&target, &branch, version) }),
     ))
 }
 

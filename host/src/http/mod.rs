@@ -26,6 +26,7 @@ mod query;
 mod query_body;
 mod table_versions;
 mod tables;
+mod transactions;
 mod upkeep;
 mod versions;
 
@@ -331,6 +332,12 @@ fn build() -> Routes {
     .params(&[BRANCH])
     .post("/v1/table/{id}/optimize", Write, upkeep::optimize)
     .params(&[BRANCH])
+    .post(
+        "/v1/transaction/{id}/describe",
+        Read,
+        transactions::describe,
+    )
+    .post("/v1/transaction/{id}/alter", Write, transactions::alter)
     .post("/v1/jobs/describe", Read, jobs::describe)
     .get_post("/v1/jobs/list", Read, jobs::list)
     .params(&[LIMIT, PAGE_TOKEN, TABLE_ID, JOB_STATE, DELIMITER])

@@ -155,7 +155,11 @@ pub async fn restore(
         .store
         .restore(&location, branch.as_deref(), version as u64)
         .await?;
-    Ok(reply(json!({ "version": new_version })))
+    let transaction_id =
+        super::transactions::write_transaction_id(&target.id, branch.as_deref(), new_version);
+    Ok(reply(
+        json!({ "version": new_version, "transaction_id": transaction_id }),
+    ))
 }
 
 #[derive(Deserialize, Default, schemars::JsonSchema)]

@@ -7,6 +7,7 @@ mod backfill;
 pub mod optimize;
 pub mod spec;
 pub mod state;
+pub mod transaction;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -426,6 +427,7 @@ fn new_record(
         failure: None,
         result: None,
         cancel_requested: false,
+        properties: Default::default(),
     }
 }
 

@@ -107,6 +107,9 @@ pub struct JobRecord {
     /// Set by cancel; a job found IN_PROGRESS with this set at start-up is not resumed.
     #[serde(default)]
     pub cancel_requested: bool,
+    /// Properties a client set through `/v1/transaction/{id}/alter`.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub properties: std::collections::BTreeMap<String, String>,
 }
 
 /// Write `bytes` to `path` atomically and durably.

@@ -1,0 +1,235 @@
+//! `/v1/transaction/{id}/{describe,alter}` (spec: a transaction has a status and properties).
+//!
+//! Lancet's transactions are of two kinds:
+//! - a **write** (insert, merge_insert, update, delete, restore...) commits synchronously, so
+//!   its transaction has `Succeeded` by the time its id is known. Its id names the table,
+//!   branch and version it made (`tx-` + base64url of those), so describing it needs no state
+//!   of its own: the version is looked up, with lance's transaction record of it (operation,
+//!   uuid) as properties. It cannot be altered (a committed version is immutable).
+//! - a **job** (backfill, optimize): its id is the job id. Its status follows the job
+//!   (`Running`, `Succeeded`, `Failed`, `Canceled`); `alter` can cancel it (status
+//!   `Canceled`) and set or unset properties, kept in the job's record.
+
+use std::collections::HashMap;
+
+use axum::extract::{Path, State};
+use axum::response::Response;
+use base64::Engine;
+use lance_namespace::ErrorCode;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::auth::Caller;
+use super::extract::JsonBody;
+use super::{AppState, reply};
+use crate::error::{ApiError, ApiResult};
+use crate::jobs::transaction::{Alteration, OnConflict};
+use crate::store::At;
+
+/// What a write transaction id encodes.
+#[derive(Serialize, Deserialize)]
+struct WriteTx {
+    /// The table's id in the tenant's catalog.
+    t: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    b: Option<String>,
+    v: u64,
+}
+
+/// The transaction id of a write that made `version` of `table` (`branch`).
+pub fn write_transaction_id(table: &[String], branch: Option<&str>, version: u64) -> String {
+    let tx = WriteTx {
+        t: table.to_vec(),
+        b: branch.map(str::to_string),
+        v: version,
+    };
+    let bytes = serde_json::to_vec(&tx).unwrap_or_default();
+    format!(
+        "tx-{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    )
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::new(
+        ErrorCode::TransactionNotFound,
+        format!("transaction not found: {id}"),
+    )
+}
+
+fn decode(id: &str) -> Option<WriteTx> {
+    let raw = id.strip_prefix("tx-")?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(raw)
+        .ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// The status and properties of a write transaction: the version it made must still exist.
+async fn describe_write(app: &AppState, caller: &Caller, id: &str) -> ApiResult<Value> {
+    let tx = decode(id).ok_or_else(|| not_found(id))?;
+    let location = caller
+        .catalog
+        .locate(&tx.t)
+        .await
+        .map_err(|_| not_found(id))?;
+    let at = At {
+        branch: tx.b.clone(),
+        version: Some(tx.v),
+    };
+    let ds = app
+        .store
+        .read(&location, &at)
+        .await
+        .map_err(|_| not_found(id))?;
+    let mut properties = HashMap::from([
+        ("table".to_string(), caller.unresolve(&tx.t).join("$")),
+        ("version".to_string(), tx.v.to_string()),
+        (
+            "branch".to_string(),
+            tx.b.clone().unwrap_or_else(|| "main".into()),
+        ),
+    ]);
+    if let Ok(Some(t)) = ds.read_transaction().await {
+        properties.insert("operation".into(), t.operation.name().to_string());
+        properties.insert("lance_transaction_uuid".into(), t.uuid.clone());
+        properties.insert("read_version".into(), t.read_version.to_string());
+    }
+    Ok(json!({ "status": "Succeeded", "properties": properties }))
+}
+
+pub async fn describe(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    JsonBody(_body): JsonBody<Value>,
+) -> ApiResult<Response> {
+    if id.starts_with("job-") {
+        let (status, properties) = app.jobs.transaction(caller.tenant(), &id)?;
+        return Ok(reply(json!({ "status": status, "properties": properties })));
+    }
+    Ok(reply(describe_write(&app, &caller, &id).await?))
+}
+
+#[derive(Deserialize, Default, schemars::JsonSchema)]
+#[serde(default)]
+pub struct AlterBody {
+    id: Option<Vec<String>>,
+    identity: Option<Value>,
+    context: Option<HashMap<String, Value>>,
+    actions: Vec<Action>,
+}
+
+#[derive(Deserialize, Default, schemars::JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct Action {
+    set_status_action: Option<SetStatus>,
+    set_property_action: Option<SetProperty>,
+    unset_property_action: Option<UnsetProperty>,
+}
+
+#[derive(Deserialize, Default, schemars::JsonSchema)]
+#[serde(default)]
+pub struct SetStatus {
+    status: Option<String>,
+}
+
+#[derive(Deserialize, Default, schemars::JsonSchema)]
+#[serde(default)]
+pub struct SetProperty {
+    key: Option<String>,
+    value: Option<String>,
+    /// Overwrite (default), Fail or Skip when the key exists.
+    mode: Option<String>,
+}
+
+#[derive(Deserialize, Default, schemars::JsonSchema)]
+#[serde(default)]
+pub struct UnsetProperty {
+    key: Option<String>,
+    /// Skip (default) or Fail when the key does not exist.
+    mode: Option<String>,
+}
+
+fn mode(m: &Option<String>, default: OnConflict, allowed: &[OnConflict]) -> ApiResult<OnConflict> {
+    let parsed = match m.as_deref().map(|s| s.to_ascii_lowercase()) {
+        None => default,
+        Some(s) if s == "overwrite" => OnConflict::Overwrite,
+        Some(s) if s == "fail" => OnConflict::Fail,
+        Some(s) if s == "skip" => OnConflict::Skip,
+        Some(other) => return Err(ApiError::invalid(format!("unknown mode '{other}'"))),
+    };
+    if !allowed.contains(&parsed) {
+        return Err(ApiError::invalid("mode not allowed for this action"));
+    }
+    Ok(parsed)
+}
+
+fn check(actions: Vec<Action>) -> ApiResult<Vec<Alteration>> {
+    use OnConflict::*;
+    if actions.is_empty() {
+        return Err(ApiError::invalid("actions must not be empty"));
+    }
+    let mut out = Vec::new();
+    for (i, a) in actions.into_iter().enumerate() {
+        let n = [
+            a.set_status_action.is_some(),
+            a.set_property_action.is_some(),
+            a.unset_property_action.is_some(),
+        ]
+        .iter()
+        .filter(|x| **x)
+        .count();
+        if n != 1 {
+            return Err(ApiError::invalid(format!(
+                "actions[{i}] must carry exactly one of set_status_action, set_property_action, unset_property_action"
+            )));
+        }
+        if let Some(s) = a.set_status_action {
+            let status = s.status.unwrap_or_default().to_ascii_lowercase();
+            if status != "canceled" && status != "cancelled" {
+                return Err(ApiError::invalid(format!(
+                    "actions[{i}]: a job's status can only be set to Canceled (the job sets the others), not '{status}'"
+                )));
+            }
+            out.push(Alteration::Cancel);
+        } else if let Some(p) = a.set_property_action {
+            let key = p.key.filter(|k| !k.is_empty()).ok_or_else(|| {
+                ApiError::invalid(format!("actions[{i}].set_property_action needs a key"))
+            })?;
+            out.push(Alteration::Set {
+                key,
+                value: p.value.unwrap_or_default(),
+                on_exists: mode(&p.mode, Overwrite, &[Overwrite, Fail, Skip])?,
+            });
+        } else if let Some(u) = a.unset_property_action {
+            let key = u.key.filter(|k| !k.is_empty()).ok_or_else(|| {
+                ApiError::invalid(format!("actions[{i}].unset_property_action needs a key"))
+            })?;
+            out.push(Alteration::Unset {
+                key,
+                on_missing: mode(&u.mode, Skip, &[Skip, Fail])?,
+            });
+        }
+    }
+    Ok(out)
+}
+
+pub async fn alter(
+    State(app): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody<AlterBody>,
+) -> ApiResult<Response> {
+    let _ = (&body.id, &body.identity, &body.context);
+    let alterations = check(body.actions)?;
+    if !id.starts_with("job-") {
+        describe_write(&app, &caller, &id).await?;
+        return Err(ApiError::new(
+            ErrorCode::InvalidTableState,
+            format!("transaction {id} is a committed write: it cannot be altered"),
+        ));
+    }
+    let (status, properties) = app.jobs.alter(caller.tenant(), &id, alterations).await?;
+    Ok(reply(json!({ "status": status, "properties": properties })))
+}
