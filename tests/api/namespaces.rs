@@ -206,3 +206,35 @@ async fn rename_moves_a_table_between_namespaces_and_keeps_its_data() {
     assert_eq!(s.count("b$v", json!({})).await, 6);
     assert_eq!(s.count("a$taken", json!({})).await, 1);
 }
+
+#[tokio::test]
+async fn list_all_tables_walks_every_namespace() {
+    let s = Server::start().await;
+    s.ok("/v1/namespace/a/create", json!({})).await;
+    s.ok("/v1/namespace/a$b/create", json!({})).await;
+    s.ok("/v1/namespace/c/create", json!({})).await;
+    for t in ["top", "a$t1", "a$b$t2", "c$t3"] {
+        s.create_table(t, 1).await;
+    }
+    s.ok("/v1/table/c$declared/declare", json!({})).await;
+    // Declared tables are included unless asked not to (the spec's default).
+    let (st, all) = s.get("/v1/table").await;
+    assert_eq!(st, 200, "{all}");
+    assert_eq!(
+        all["tables"],
+        json!(["a$b$t2", "a$t1", "c$declared", "c$t3", "top"])
+    );
+    let (_, created) = s.get("/v1/table?include_declared=false").await;
+    assert_eq!(created["tables"], json!(["a$b$t2", "a$t1", "c$t3", "top"]));
+    let (_, dotted) = s.get("/v1/table?delimiter=.&include_declared=false").await;
+    assert_eq!(dotted["tables"], json!(["a.b.t2", "a.t1", "c.t3", "top"]));
+    let (_, page1) = s.get("/v1/table?limit=2&include_declared=false").await;
+    assert_eq!(page1["tables"], json!(["a$b$t2", "a$t1"]));
+    let token = page1["page_token"].as_str().unwrap();
+    let (_, page2) = s
+        .get(&format!(
+            "/v1/table?limit=2&page_token={token}&include_declared=false"
+        ))
+        .await;
+    assert_eq!(page2["tables"], json!(["c$t3", "top"]));
+}

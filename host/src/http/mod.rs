@@ -186,7 +186,7 @@ fn build() -> Routes {
     .params(&[LIMIT, PAGE_TOKEN, INCLUDE_DECLARED])
     // Tables: catalog
     .get("/v1/table", Read, tables::list_all)
-    .params(&[LIMIT, PAGE_TOKEN])
+    .params(&[LIMIT, PAGE_TOKEN, INCLUDE_DECLARED, DELIMITER])
     .post("/v1/table/{id}/create", Write, tables::create)
     .params(&[CREATE_MODE, PROPERTIES])
     .post("/v1/table/{id}/declare", Write, tables::declare)
@@ -203,7 +203,7 @@ fn build() -> Routes {
     .post("/v1/table/batch-commit", Admin, batch::commit)
     // Extended deployment (spec 4.16)
     .get("/v1/tables", Read, tables::list_all)
-    .params(&[LIMIT, PAGE_TOKEN])
+    .params(&[LIMIT, PAGE_TOKEN, INCLUDE_DECLARED, DELIMITER])
     .post("/v1/tables/{id}", Write, tables::create)
     .params(&[CREATE_MODE, PROPERTIES])
     // Tables: data

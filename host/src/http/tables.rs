@@ -6,14 +6,14 @@ use axum::response::Response;
 use bytes::Bytes;
 use lance_namespace::models::{
     CreateTableRequest, DeclareTableRequest, DeregisterTableRequest, DescribeTableRequest,
-    DropTableRequest, GetTableStatsRequest, ListTablesRequest, RegisterTableRequest,
-    RenameTableRequest, RenameTableResponse,
+    DropTableRequest, GetTableStatsRequest, ListNamespacesRequest, ListTablesRequest,
+    RegisterTableRequest, RenameTableRequest, RenameTableResponse,
 };
 use serde::Deserialize;
 use serde_json::json;
 
 use super::arrow_body::ArrowBody;
-use super::extract::{Common, Dialect, JsonBody, Model, Target, page};
+use super::extract::{Common, Dialect, JsonBody, Model, Target, page, paginate};
 use super::{AppState, answer, reply, respond, to_json};
 use crate::catalog::not_found_as_table;
 use crate::error::{ApiError, ApiResult};
@@ -339,13 +339,58 @@ pub async fn stats(Model(target, mut request): Model<GetTableStatsRequest>) -> A
 
 /// `GET /v1/table` and `GET /v1/tables`: the tables of the caller's database namespace (or its
 /// tenant's root), paginated; the lancedb SDK's `table_names`.
+/// ListAllTables: the tables of every namespace below the caller's root (its database, if
+/// one is selected), each named by its id from there joined with `delimiter` (a table of the
+/// root itself by its bare name), sorted, paginated by name; `include_declared` as for
+/// `table/list`.
 pub async fn list_all(target: Target) -> ApiResult<Response> {
     let (limit, token) = page(&target.params, None, None)?;
-    let request = ListTablesRequest {
-        id: Some(target.id.clone()),
-        limit: limit.map(|l| l as i32),
-        page_token: token,
-        ..Default::default()
-    };
-    answer(target.catalog.ns().list_tables(request).await)
+    let delimiter = target
+        .params
+        .get("delimiter")
+        .filter(|d| !d.is_empty())
+        .unwrap_or("$")
+        .to_string();
+    let include_declared = target.params.bool("include_declared")?;
+    let ns = target.catalog.ns();
+    let mut names = Vec::new();
+    let mut pending: Vec<Vec<String>> = vec![Vec::new()];
+    while let Some(relative) = pending.pop() {
+        let mut id = target.id.clone();
+        id.extend(relative.iter().cloned());
+        let tables = ns
+            .list_tables(ListTablesRequest {
+                id: Some(id.clone()),
+                include_declared,
+                ..Default::default()
+            })
+            .await
+            .map_err(ApiError::from)?
+            .tables;
+        for t in tables {
+            let mut name = relative.clone();
+            name.push(t);
+            names.push(name.join(&delimiter));
+        }
+        let children = ns
+            .list_namespaces(ListNamespacesRequest {
+                id: Some(id),
+                ..Default::default()
+            })
+            .await
+            .map_err(ApiError::from)?
+            .namespaces;
+        for child in children {
+            let mut next = relative.clone();
+            next.push(child);
+            pending.push(next);
+        }
+    }
+    let (tables, next) = paginate(
+        names.into_iter().map(|n| (n, ())).collect(),
+        limit,
+        token.as_deref(),
+    );
+    let tables: Vec<String> = tables.into_iter().map(|(n, _)| n).collect();
+    Ok(reply(json!({ "tables": tables, "page_token": next })))
 }
