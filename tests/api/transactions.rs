@@ -34,6 +34,35 @@ async fn writes_answer_transactions_that_describe_their_version() {
     assert_eq!(d["properties"]["operation"], "Delete", "{d}");
     let r = s.ok("/v1/table/t/restore", json!({"version": 1})).await;
     assert!(r["transaction_id"].is_string(), "{r}");
+    // Schema and index changes answer one too.
+    for (path, body) in [
+        (
+            "add_columns",
+            json!({"new_columns": [{"name": "dbl", "expression": "id * 2"}]}),
+        ),
+        ("drop_columns", json!({"columns": ["dbl"]})),
+        (
+            "create_scalar_index",
+            json!({"column": "id", "name": "id_idx"}),
+        ),
+        (
+            "update_field_metadata",
+            json!({"updates": [{"path": "id", "metadata": {"k": "v"}}]}),
+        ),
+    ] {
+        let r = s.ok(&format!("/v1/table/t/{path}"), body).await;
+        let tx = r["transaction_id"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{path}: {r}"));
+        let d = s
+            .ok(&format!("/v1/transaction/{tx}/describe"), json!({}))
+            .await;
+        assert_eq!(
+            d["properties"]["version"],
+            r["version"].to_string(),
+            "{path}: {d}"
+        );
+    }
 
     // A committed write cannot be altered; unknown ids are 404.
     let (st, b) = s

@@ -7,6 +7,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::extract::{Common, JsonBody, Target};
+use super::transactions::write_transaction_id;
 use super::{AppState, reply};
 use crate::error::{ApiError, ApiResult};
 use crate::json_types::parse_data_type;
@@ -78,7 +79,10 @@ pub async fn add(
             .add(&app.store, &location, branch.as_deref(), virtuals)
             .await?
     };
-    Ok(reply(json!({ "version": version })))
+    Ok(reply(json!({
+        "version": version,
+        "transaction_id": write_transaction_id(&target.id, branch.as_deref(), version),
+    })))
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
@@ -157,7 +161,10 @@ pub async fn alter(
             .alter(&app.store, &location, branch.as_deref(), virtuals)
             .await?
     };
-    Ok(reply(json!({ "version": version })))
+    Ok(reply(json!({
+        "version": version,
+        "transaction_id": write_transaction_id(&target.id, branch.as_deref(), version),
+    })))
 }
 
 #[derive(Deserialize, Default, schemars::JsonSchema)]
@@ -183,5 +190,8 @@ pub async fn drop(
         .store
         .drop_columns(&location, branch.as_deref(), body.columns)
         .await?;
-    Ok(reply(json!({ "version": version })))
+    Ok(reply(json!({
+        "version": version,
+        "transaction_id": write_transaction_id(&target.id, branch.as_deref(), version),
+    })))
 }

@@ -7,6 +7,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::extract::{Common, JsonBody, Target, page, paginate};
+use super::transactions::write_transaction_id;
 use super::{AppState, reply};
 use crate::error::{ApiError, ApiResult};
 use crate::store::{At, IndexOptions};
@@ -42,7 +43,10 @@ async fn create_with(
         .store
         .create_index(&location, branch.as_deref(), &opts)
         .await?;
-    Ok(reply(json!({ "version": version })))
+    Ok(reply(json!({
+        "version": version,
+        "transaction_id": write_transaction_id(&target.id, branch.as_deref(), version),
+    })))
 }
 
 pub async fn create(
@@ -128,11 +132,15 @@ pub async fn drop(
     JsonBody(body): JsonBody<Common>,
 ) -> ApiResult<Response> {
     let location = app.table(&target, &body.id).await?;
+    let branch = target.branch(&body.branch);
     let version = app
         .store
-        .drop_index(&location, target.branch(&body.branch).as_deref(), &name)
+        .drop_index(&location, branch.as_deref(), &name)
         .await?;
-    Ok(reply(json!({ "version": version })))
+    Ok(reply(json!({
+        "version": version,
+        "transaction_id": write_transaction_id(&target.id, branch.as_deref(), version),
+    })))
 }
 
 /// `index/{name}/prewarm`: load the index into the server's cache before queries need it.

@@ -81,5 +81,9 @@ pub async fn update_field_metadata(
         .store
         .update_field_metadata(&location, branch.as_deref(), updates)
         .await?;
-    Ok(reply(json!({ "version": version, "fields": fields })))
+    let transaction_id =
+        super::transactions::write_transaction_id(&target.id, branch.as_deref(), version);
+    Ok(reply(
+        json!({ "version": version, "fields": fields, "transaction_id": transaction_id }),
+    ))
 }
