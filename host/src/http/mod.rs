@@ -202,8 +202,8 @@ fn build() -> Routes {
     .params(&[BRANCH])
     .post("/v1/table/batch-commit", Admin, batch::commit)
     // Extended deployment (spec 4.16)
-    .get("/v1/tables", Read, tables::list_all)
-    .params(&[LIMIT, PAGE_TOKEN, INCLUDE_DECLARED, DELIMITER])
+    .get("/v1/tables", Read, tables::list_database)
+    .params(&[LIMIT, PAGE_TOKEN, INCLUDE_DECLARED])
     .post("/v1/tables/{id}", Write, tables::create)
     .params(&[CREATE_MODE, PROPERTIES])
     // Tables: data

@@ -339,6 +339,20 @@ pub async fn stats(Model(target, mut request): Model<GetTableStatsRequest>) -> A
 
 /// `GET /v1/table` and `GET /v1/tables`: the tables of the caller's database namespace (or its
 /// tenant's root), paginated; the lancedb SDK's `table_names`.
+/// `GET /v1/tables` (extended deployment, spec 4.16): the tables of the database (the caller's
+/// root namespace) itself, not of the namespaces below it.
+pub async fn list_database(target: Target) -> ApiResult<Response> {
+    let (limit, token) = page(&target.params, None, None)?;
+    let request = ListTablesRequest {
+        id: Some(target.id.clone()),
+        limit: limit.map(|l| l as i32),
+        page_token: token,
+        include_declared: target.params.bool("include_declared")?,
+        ..Default::default()
+    };
+    answer(target.catalog.ns().list_tables(request).await)
+}
+
 /// ListAllTables: the tables of every namespace below the caller's root (its database, if
 /// one is selected), each named by its id from there joined with `delimiter` (a table of the
 /// root itself by its bare name), sorted, paginated by name; `include_declared` as for
