@@ -241,11 +241,12 @@ async fn ivf_rq_and_target_partition_size() {
         index["index_type"].as_str().unwrap().contains("RQ"),
         "{index}"
     );
-    // Row 7's own vector finds row 7 first (refined by exact distances).
+    // Row 7's own vector finds row 7 first: every partition probed and every candidate
+    // re-ranked by exact distance (1-bit codes alone order near neighbours loosely).
     let hits = s
         .query(
             "rq",
-            json!({"vector": [7.0, 1.0, (7.0f32 * 0.37).sin(), (7.0f32 * 0.11).cos(), 0.0, 2.0, 7.0 / 50.0, 0.5], "k": 1, "columns": ["id"], "nprobes": 4, "refine_factor": 10}),
+            json!({"vector": [7.0, 1.0, (7.0f32 * 0.37).sin(), (7.0f32 * 0.11).cos(), 0.0, 2.0, 7.0 / 50.0, 0.5], "k": 1, "columns": ["id"], "nprobes": 16, "refine_factor": 400}),
         )
         .await;
     assert_eq!(ids(&hits), vec![7]);
