@@ -425,3 +425,34 @@ async fn an_upkeep_job_can_be_cancelled_and_changes_nothing() {
         .await;
     assert_eq!(listed["jobs"][0]["job_type"], "optimize", "{listed}");
 }
+
+#[tokio::test]
+async fn a_vector_index_is_retrained_on_request() {
+    let s = Server::start().await;
+    s.create_table("v", 300).await;
+    s.ok(
+        "/v1/table/v/create_index",
+        json!({"column": "vec", "index_type": "IVF_PQ", "name": "vec_idx", "num_partitions": 2, "num_sub_vectors": 2}),
+    )
+    .await;
+    s.post_arrow("/v1/table/v/insert", &sample(300, 300)).await;
+    assert_eq!(index(&s, "v", "vec_idx").await["num_unindexed_rows"], 300);
+    let job = optimize(&s, "v", json!({"action": "index", "retrain": true})).await;
+    assert_eq!(
+        job["result"]["index"]["indexes"]["vec_idx"]["action"], "retrain",
+        "{job}"
+    );
+    let idx = index(&s, "v", "vec_idx").await;
+    assert_eq!(
+        (&idx["num_unindexed_rows"], &idx["num_segments"]),
+        (&json!(0), &json!(1)),
+        "{idx}"
+    );
+    let hits = s
+        .query(
+            "v",
+            json!({"vector": [450.0, 0.0, 1.0, 0.0], "k": 1, "columns": ["id"], "nprobes": 2, "refine_factor": 600}),
+        )
+        .await;
+    assert_eq!(ids(&hits), vec![450]);
+}

@@ -145,7 +145,7 @@ impl UpkeepPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::IndexHealth;
+    use crate::store::{IndexAction, IndexHealth};
 
     fn policy() -> UpkeepPolicy {
         UpkeepPolicy {
@@ -216,6 +216,35 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(p.decide(&segmented, false, false), vec![Phase::Index]);
+    }
+
+    #[test]
+    fn vector_indexes_are_retrained_once_their_delta_outgrows_the_training() {
+        let t = policy().thresholds;
+        let mut v = index(100, 2);
+        v.vector = true;
+        v.base_rows = 1000;
+        v.delta_rows = 300;
+        // (300 + 100) / 1000 < 0.5: new rows are appended.
+        assert_eq!(
+            index_action(&v, &t, false, false),
+            Some(IndexAction::Append)
+        );
+        v.delta_rows = 400;
+        assert_eq!(
+            index_action(&v, &t, false, false),
+            Some(IndexAction::Retrain)
+        );
+        // Asked for, whatever the delta; a scalar index is never retrained.
+        v.delta_rows = 0;
+        assert_eq!(
+            index_action(&v, &t, true, false),
+            Some(IndexAction::Retrain)
+        );
+        let mut s = index(0, 2);
+        s.delta_rows = 5000;
+        assert_eq!(index_action(&s, &t, true, false), None);
+        assert_eq!(index_action(&s, &t, false, true), Some(IndexAction::Merge));
     }
 
     #[test]
