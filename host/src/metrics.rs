@@ -155,6 +155,11 @@ fn scraped(app: &App) -> Registry {
         "Lance datasets held open in the dataset cache",
         ConstGauge::new(app.store.cached_datasets() as i64),
     );
+    r.register(
+        "upkeep_watched_tables",
+        "Tables the upkeep scheduler is watching (written recently, not yet settled and cleaned)",
+        ConstGauge::new(app.upkeep.watched() as i64),
+    );
     let jobs = Family::<JobLabels, Gauge>::default();
     for ((job_type, state, tenant), n) in app.jobs.counts() {
         let state = serde_json::to_value(state)

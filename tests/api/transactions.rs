@@ -64,6 +64,15 @@ async fn writes_answer_transactions_that_describe_their_version() {
         );
     }
 
+    // A branch's creation is one too: its first version, on the branch.
+    let r = s
+        .ok("/v1/table/t/branches/create", json!({"name": "dev"}))
+        .await;
+    let btx = r["transaction_id"].as_str().unwrap().to_string();
+    let d = s
+        .ok(&format!("/v1/transaction/{btx}/describe"), json!({}))
+        .await;
+    assert_eq!(d["properties"]["branch"], "dev", "{d}");
     // A committed write cannot be altered; unknown ids are 404.
     let (st, b) = s
         .post(

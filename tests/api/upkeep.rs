@@ -254,6 +254,17 @@ async fn background_upkeep_follows_the_policy() {
         all_rows(&s, "t", json!({"version": tagged})).await.len(),
         10
     );
+    let metrics = s.client.get(s.url("/metrics")).send().await.unwrap();
+    let metrics = metrics.text().await.unwrap();
+    let upkeep_lines: Vec<&str> = metrics.lines().filter(|l| l.contains("upkeep")).collect();
+    assert!(
+        metrics.contains("lancet_upkeep_watched_tables 1"),
+        "the table is watched: {upkeep_lines:?}"
+    );
+    assert!(
+        metrics.contains("\"optimize\""),
+        "upkeep jobs are counted in lancet_jobs"
+    );
     let jobs = s.ok("/v1/jobs/list", json!({"table_id": ["t"]})).await;
     let upkeep: Vec<&Value> = jobs["jobs"]
         .as_array()

@@ -38,10 +38,13 @@ pub async fn create(
 ) -> ApiResult<Response> {
     let location = app.table(&target, &body.common.id).await?;
     let from = At::new(body.from_branch.clone(), body.from_version)?;
-    app.store
-        .create_branch(&location, body.name()?, &from)
-        .await?;
-    Ok(reply(json!({})))
+    let name = body.name()?;
+    app.store.create_branch(&location, name, &from).await?;
+    // The branch's first version is its transaction (see `transactions.rs`).
+    let head = app.store.latest(&location, Some(name)).await?;
+    let transaction_id =
+        super::transactions::write_transaction_id(&target.id, Some(name), head.version().version);
+    Ok(reply(json!({ "transaction_id": transaction_id })))
 }
 
 /// Branch contents in both snake_case and lance's camelCase (the lancedb SDK parses the latter).
