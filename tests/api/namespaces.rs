@@ -82,6 +82,25 @@ async fn namespace_lifecycle_and_pagination() {
 #[tokio::test]
 async fn table_catalog_lifecycle() {
     let s = Server::start().await;
+    // Per-table storage options would be ignored: refused, naming the field.
+    let (st, b) = s
+        .post_arrow(
+            "/v1/table/t0/create?storage_options=%7B%22region%22%3A%22x%22%7D",
+            &sample(0, 2),
+        )
+        .await;
+    assert_error(st, &b, 400, 13);
+    assert!(
+        b["error"].as_str().unwrap().contains("storage_options"),
+        "{b}"
+    );
+    let (st, _) = s.post("/v1/table/t0/exists", json!({})).await;
+    assert_eq!(st, 404);
+    let (st, b) = s
+        .post_arrow("/v1/table/t0/create?storage_options=%7B%7D", &sample(0, 2))
+        .await;
+    assert_eq!(st, 200, "empty options are fine: {b}");
+    s.ok("/v1/table/t0/drop", json!({})).await;
     s.create_table("t1", 5).await;
     let d = s.ok("/v1/table/t1/describe", json!({})).await;
     assert_eq!(d["version"], 1);

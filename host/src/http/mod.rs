@@ -188,7 +188,7 @@ fn build() -> Routes {
     .get("/v1/table", Read, tables::list_all)
     .params(&[LIMIT, PAGE_TOKEN, INCLUDE_DECLARED, DELIMITER])
     .post("/v1/table/{id}/create", Write, tables::create)
-    .params(&[CREATE_MODE, PROPERTIES])
+    .params(&[CREATE_MODE, PROPERTIES, STORAGE_OPTIONS])
     .post("/v1/table/{id}/declare", Write, tables::declare)
     .post("/v1/table/{id}/describe", Read, tables::describe)
     .params(&[VERSION, BRANCH])
@@ -205,7 +205,7 @@ fn build() -> Routes {
     .get("/v1/tables", Read, tables::list_database)
     .params(&[LIMIT, PAGE_TOKEN, INCLUDE_DECLARED])
     .post("/v1/tables/{id}", Write, tables::create)
-    .params(&[CREATE_MODE, PROPERTIES])
+    .params(&[CREATE_MODE, PROPERTIES, STORAGE_OPTIONS])
     // Tables: data
     .post("/v1/table/{id}/insert", Write, data::insert)
     .params(&[INSERT_MODE, BRANCH])

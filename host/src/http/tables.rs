@@ -69,6 +69,13 @@ pub async fn create(
         }
     }
     let properties = json_param(&target, "properties")?;
+    // Tables live where the server's root is, with the server's store settings; per-table
+    // storage options would be silently ignored, so they are refused.
+    if json_param(&target, "storage_options")?.is_some_and(|o| !o.is_empty()) {
+        return Err(ApiError::invalid(
+            "storage_options: per-table storage options are not supported; tables use the server's store settings",
+        ));
+    }
     let request = CreateTableRequest {
         id: Some(target.id.clone()),
         mode,

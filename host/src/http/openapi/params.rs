@@ -61,6 +61,11 @@ pub const NAMESPACE_MODE: Param = Param::new(
     "What to do when the namespace exists: 409 (default), keep it, or drop it with its \
      contents and create it empty.",
 );
+pub const STORAGE_OPTIONS: Param = Param::new(
+    "storage_options",
+    Kind::JsonObject,
+    "Per-table storage options: refused unless empty (tables use the server's store settings).",
+);
 pub const PROPERTIES: Param = Param::new(
     "properties",
     Kind::JsonObject,
