@@ -68,6 +68,11 @@ fn decode(id: &str) -> Option<WriteTx> {
 /// The status and properties of a write transaction: the version it made must still exist.
 async fn describe_write(app: &AppState, caller: &Caller, id: &str) -> ApiResult<Value> {
     let tx = decode(id).ok_or_else(|| not_found(id))?;
+    // The id is the client's to forge: the table it names must be one this caller may read
+    // (inside its database and its credential's namespace), else it does not exist for it.
+    if caller.resolve(&caller.unresolve(&tx.t)).ok().as_ref() != Some(&tx.t) {
+        return Err(not_found(id));
+    }
     let location = caller
         .catalog
         .locate(&tx.t)

@@ -23,8 +23,8 @@ use futures::{StreamExt, TryStreamExt};
 use serde_json::json;
 
 use super::spec::BackfillSpec;
-use super::state::{Checkpoint, Failure, FragmentPlan, FragmentStatus, JobState, Plan, covered};
-use super::{Job, now_ms, read_at};
+use super::state::{Checkpoint, Failure, FragmentPlan, FragmentStatus, Plan, covered};
+use super::{Job, Stop, read_at};
 use crate::App;
 use crate::error::{ApiError, ApiResult};
 use crate::store::{BackfillSource, StagedFile};
@@ -40,12 +40,6 @@ const MAX_BUFFERED_BATCHES: usize = 2;
 /// float) would cost more than computing them. Memory stays bounded: by this, or by
 /// `MAX_BUFFERED_BATCHES * max_checkpoint_size` rows when those are larger.
 const MIN_CHECKPOINT_BYTES: usize = 4 << 20;
-
-/// Why a job stopped early.
-enum Stop {
-    Cancelled,
-    Failed(Failure),
-}
 
 fn failed(phase: &str, message: impl Into<String>) -> Stop {
     Stop::Failed(Failure {
@@ -91,35 +85,10 @@ pub(super) async fn prepare(
 }
 
 pub(super) async fn run(app: Arc<App>, job: Arc<Job>) {
-    let outcome = if job.cancelled() {
-        Err(Stop::Cancelled)
-    } else {
-        // A panic in the runner must still end the job (FAILED), not leave it running forever.
-        let (a, j) = (app.clone(), job.clone());
-        tokio::spawn(async move { drive(&a, &j).await })
-            .await
-            .unwrap_or_else(|e| Err(failed("run", format!("the job crashed: {e}"))))
-    };
-    let job_id = job.snapshot().job_id;
-    let saved = job.update(|r| {
-        r.finish_ms = Some(now_ms());
-        match outcome {
-            Ok(()) => {
-                r.state = JobState::Done;
-                r.result = Some(result_of(r));
-            }
-            Err(Stop::Cancelled) => r.state = JobState::Cancelled,
-            Err(Stop::Failed(f)) => {
-                r.state = JobState::Failed;
-                r.failure = Some(f);
-            }
-        }
-    });
-    if let Err(e) = saved {
-        tracing::error!(%job_id, error = %e, "could not record the end of a job");
-    }
+    let (a, j) = (app.clone(), job.clone());
+    let outcome = job.run_caught(async move { drive(&a, &j).await }).await;
+    job.finish(outcome, result_of);
     job.dir.remove_all_checkpoints();
-    tracing::info!(%job_id, state = ?job.snapshot().state, "job finished");
 }
 
 fn result_of(r: &super::state::JobRecord) -> serde_json::Value {

@@ -158,6 +158,55 @@ impl Job {
     }
 }
 
+/// Why a job stopped early.
+enum Stop {
+    Cancelled,
+    Failed(state::Failure),
+}
+
+impl Job {
+    /// Run `drive` in a task of its own, so that a panic in it still ends the job (FAILED)
+    /// instead of leaving it running forever.
+    async fn run_caught<F>(&self, drive: F) -> Result<(), Stop>
+    where
+        F: std::future::Future<Output = Result<(), Stop>> + Send + 'static,
+    {
+        if self.cancelled() {
+            return Err(Stop::Cancelled);
+        }
+        tokio::spawn(drive).await.unwrap_or_else(|e| {
+            Err(Stop::Failed(state::Failure {
+                phase: "run".into(),
+                message: format!("the job crashed: {e}"),
+                retryable: false,
+            }))
+        })
+    }
+
+    /// Record how the job ended (durably); `result` makes a finished job's result.
+    fn finish(&self, outcome: Result<(), Stop>, result: impl FnOnce(&JobRecord) -> Value) {
+        let saved = self.update(|r| {
+            r.finish_ms = Some(now_ms());
+            match outcome {
+                Ok(()) => {
+                    r.state = JobState::Done;
+                    r.result = Some(result(r));
+                }
+                Err(Stop::Cancelled) => r.state = JobState::Cancelled,
+                Err(Stop::Failed(f)) => {
+                    r.state = JobState::Failed;
+                    r.failure = Some(f);
+                }
+            }
+        });
+        let r = self.snapshot();
+        if let Err(e) = saved {
+            tracing::error!(job_id = %r.job_id, error = %e, "could not record the end of a job");
+        }
+        tracing::info!(job_id = %r.job_id, job_type = %r.job_type, state = ?r.state, "job finished");
+    }
+}
+
 pub struct JobManager {
     root: PathBuf,
     jobs: Mutex<BTreeMap<String, Arc<Job>>>,
@@ -297,6 +346,8 @@ impl JobManager {
             now_ms(),
             &uuid::Uuid::new_v4().simple().to_string()[..8]
         );
+        let trigger_is_policy = spec.trigger == "policy";
+        let (location_of_job, branch_of_job) = (location.clone(), spec.branch.clone());
         let record = new_record(&job_id, OPTIMIZE, tenant, location, JobSpec::Optimize(spec));
         let job = self.insert_unless(record, |other| {
             matches!(other.spec, JobSpec::Optimize(_)).then(|| {
@@ -307,7 +358,37 @@ impl JobManager {
             })
         })?;
         tokio::spawn(optimize::run(app.clone(), job));
+        if trigger_is_policy {
+            self.prune_policy_jobs(&location_of_job, branch_of_job.as_deref());
+        }
         Ok(job_id)
+    }
+
+    /// Upkeep the policy starts runs every few seconds on a busy table: of its finished jobs,
+    /// only the newest `KEEP_POLICY_JOBS` per (table, branch) are kept (record and all), so
+    /// their number stays bounded. Jobs started on request are kept like backfills.
+    fn prune_policy_jobs(&self, location: &str, branch: Option<&str>) {
+        const KEEP_POLICY_JOBS: usize = 16;
+        let mut jobs = self.jobs.lock().unwrap();
+        let mut finished: Vec<String> = jobs
+            .values()
+            .map(|j| j.snapshot())
+            .filter(|r| {
+                r.state.is_terminal()
+                    && r.location == location
+                    && r.spec.branch() == branch
+                    && matches!(&r.spec, JobSpec::Optimize(s) if s.trigger == "policy")
+            })
+            .map(|r| r.job_id)
+            .collect();
+        // Ids start with the creation time: sorted, the oldest come first.
+        finished.sort();
+        let excess = finished.len().saturating_sub(KEEP_POLICY_JOBS);
+        for id in &finished[..excess] {
+            if let Some(job) = jobs.remove(id) {
+                job.dir.remove();
+            }
+        }
     }
 
     /// Make `record` durable and known, unless `conflict` names a reason against it among the

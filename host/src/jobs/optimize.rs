@@ -15,8 +15,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::state::{Failure, JobState};
-use super::{Job, now_ms};
+use super::state::Failure;
+use super::{Job, Stop};
 use crate::App;
 use crate::error::{ApiError, ApiResult};
 use crate::store::{IndexAction, IndexHealth};
@@ -177,12 +177,6 @@ pub fn index_action(
     (h.unindexed_rows > 0).then_some(IndexAction::Append)
 }
 
-/// Why a job stopped early.
-enum Stop {
-    Cancelled,
-    Failed(Failure),
-}
-
 fn failed(phase: Phase, e: ApiError) -> Stop {
     Stop::Failed(Failure {
         phase: phase.name().to_string(),
@@ -203,40 +197,10 @@ pub(super) async fn run(app: Arc<App>, job: Arc<Job>) {
         p = app.jobs.upkeep_slots.clone().acquire_owned() => p.ok(),
         _ = cancelled(&job) => None,
     };
-    let outcome = if job.cancelled() {
-        Err(Stop::Cancelled)
-    } else {
-        let (a, j) = (app.clone(), job.clone());
-        tokio::spawn(async move { drive(&a, &j).await })
-            .await
-            .unwrap_or_else(|e| {
-                Err(Stop::Failed(Failure {
-                    phase: "run".into(),
-                    message: format!("the job crashed: {e}"),
-                    retryable: false,
-                }))
-            })
-    };
+    let (a, j) = (app.clone(), job.clone());
+    let outcome = job.run_caught(async move { drive(&a, &j).await }).await;
     drop(permit);
-    let saved = job.update(|r| {
-        r.finish_ms = Some(now_ms());
-        match outcome {
-            Ok(()) => {
-                r.state = JobState::Done;
-                r.result = Some(json!(r.steps));
-            }
-            Err(Stop::Cancelled) => r.state = JobState::Cancelled,
-            Err(Stop::Failed(f)) => {
-                r.state = JobState::Failed;
-                r.failure = Some(f);
-            }
-        }
-    });
-    let record = job.snapshot();
-    if let Err(e) = saved {
-        tracing::error!(job_id = %record.job_id, error = %e, "could not record the end of a job");
-    }
-    tracing::info!(job_id = %record.job_id, state = ?record.state, "upkeep job finished");
+    job.finish(outcome, |r| json!(r.steps));
 }
 
 async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
@@ -296,15 +260,6 @@ async fn run_phase(
     let started = std::time::Instant::now();
     let mut out = match phase {
         Phase::Compact => {
-            let before = app
-                .store
-                .health(
-                    location,
-                    branch,
-                    t.target_rows_per_fragment,
-                    t.deleted_share,
-                )
-                .await?;
             let report = app
                 .store
                 .compact(
@@ -315,8 +270,8 @@ async fn run_phase(
                 )
                 .await?;
             json!({
-                "fragments_before": before.fragments,
-                "fragments_after": before.fragments + report.fragments_added - report.fragments_removed,
+                "fragments_before": report.fragments_before,
+                "fragments_after": report.fragments_after,
                 "report": report,
             })
         }

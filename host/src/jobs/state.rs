@@ -259,6 +259,11 @@ impl JobDir {
     pub fn remove_all_checkpoints(&self) {
         let _ = std::fs::remove_dir_all(self.checkpoint_dir());
     }
+
+    /// Forget the job: its record and anything left beside it.
+    pub fn remove(&self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
 }
 
 /// A checkpoint file's identity; its name carries everything the resume logic needs, so a

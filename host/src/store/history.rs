@@ -91,24 +91,33 @@ impl Store {
                 "unexpected manifest path {current_path}"
             )));
         };
-        let root = object_store::path::Path::from(root);
+        // Already encoded: parse, not `from` (which would encode it again).
+        let root =
+            object_store::path::Path::parse(root).map_err(|e| ApiError::internal(e.to_string()))?;
         let store = ds.object_store(None).await.map_err(ApiError::from)?;
-        let mut out = Vec::with_capacity(versions.len());
-        for &v in versions {
-            let path = scheme.manifest_path(&root, v);
-            let file = path.filename().unwrap_or_default().to_string();
-            out.push(
-                match object_store::ObjectStoreExt::head(&store.inner, &path).await {
-                    Ok(meta) => Some(ManifestFile {
-                        path: format!("{}/_versions/{file}", location.trim_end_matches('/')),
-                        size: Some(meta.size),
-                        e_tag: meta.e_tag,
-                    }),
-                    Err(object_store::Error::NotFound { .. }) => None,
-                    Err(e) => return Err(ApiError::internal(e.to_string())),
-                },
-            );
+        // One listing of the manifests (sizes and e-tags included), not a HEAD per version.
+        let dir = root.clone().join("_versions");
+        let mut listed = HashMap::new();
+        let mut metas = object_store::ObjectStore::list(&*store.inner, Some(&dir));
+        while let Some(meta) = futures::StreamExt::next(&mut metas).await {
+            let meta = meta.map_err(|e| ApiError::internal(e.to_string()))?;
+            if let Some(file) = meta.location.filename() {
+                listed.insert(file.to_string(), meta);
+            }
         }
+        let out = versions
+            .iter()
+            .map(|&v| {
+                let path = scheme.manifest_path(&root, v);
+                let file = path.filename()?;
+                let meta = listed.get(file)?;
+                Some(ManifestFile {
+                    path: format!("{}/_versions/{file}", location.trim_end_matches('/')),
+                    size: Some(meta.size),
+                    e_tag: meta.e_tag.clone(),
+                })
+            })
+            .collect();
         Ok(out)
     }
 

@@ -326,16 +326,7 @@ impl Store {
     /// lance's own statistics, with the spec 4.8 fields lifted to the top level.
     pub async fn index_stats(&self, location: &str, at: &At, name: &str) -> ApiResult<Value> {
         let ds = self.read(location, at).await?;
-        let found = ds
-            .load_indices_by_name(name)
-            .await
-            .map_err(ApiError::from)?;
-        if found.is_empty() || found.first().is_some_and(is_system_index) {
-            return Err(ApiError::new(
-                ErrorCode::TableIndexNotFound,
-                format!("index not found: {name}"),
-            ));
-        }
+        require_index(&ds, name).await?;
         let text = ds.index_statistics(name).await.map_err(ApiError::from)?;
         let stats: Value =
             serde_json::from_str(&text).map_err(|e| ApiError::internal(e.to_string()))?;
@@ -352,4 +343,19 @@ impl Store {
             "num_indices": stats.get("num_indices"),
         }))
     }
+}
+
+/// 404 unless `name` is a user index of `ds` (lance's system indexes are not shown).
+pub(super) async fn require_index(ds: &lance::Dataset, name: &str) -> ApiResult<()> {
+    let found = ds
+        .load_indices_by_name(name)
+        .await
+        .map_err(ApiError::from)?;
+    if found.is_empty() || found.first().is_some_and(is_system_index) {
+        return Err(ApiError::new(
+            ErrorCode::TableIndexNotFound,
+            format!("index not found: {name}"),
+        ));
+    }
+    Ok(())
 }

@@ -3,8 +3,6 @@
 
 use futures::TryStreamExt;
 use lance::index::DatasetIndexExt;
-use lance_index::is_system_index;
-use lance_namespace::ErrorCode;
 
 use super::{At, Store};
 use crate::error::{ApiError, ApiResult};
@@ -13,16 +11,7 @@ impl Store {
     /// Load every segment of index `name` into the session's index cache.
     pub async fn prewarm_index(&self, location: &str, at: &At, name: &str) -> ApiResult<()> {
         let ds = self.read(location, at).await?;
-        let found = ds
-            .load_indices_by_name(name)
-            .await
-            .map_err(ApiError::from)?;
-        if found.is_empty() || found.first().is_some_and(is_system_index) {
-            return Err(ApiError::new(
-                ErrorCode::TableIndexNotFound,
-                format!("index not found: {name}"),
-            ));
-        }
+        super::indexes::require_index(&ds, name).await?;
         ds.prewarm_index(name).await.map_err(ApiError::from)
     }
 

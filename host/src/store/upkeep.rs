@@ -2,10 +2,9 @@
 //! (`optimize_indices`) and version cleanup (`cleanup_with_policy`), plus the table health
 //! figures the upkeep policy decides from.
 //!
-//! None of these takes the in-process write lock: they run for seconds to minutes, and writers
-//! must not queue behind them. Lance's commit protocol orders them against writers instead: a
-//! compaction that lost a race against a delete or update of the fragments it rewrote fails
-//! with a commit conflict (nothing of it becomes visible) and is retried; a writer that lost a
+//! Their long parts (rewrites, index builds, file deletions) run without the in-process write
+//! lock, so writers do not queue behind them; lance's commit protocol orders them against
+//! writers. Only compaction's commit takes the lock (see `compact_once`). A writer that lost a
 //! race against a compaction rebases onto it (merge_insert, update and delete retry).
 
 use std::collections::BTreeMap;
@@ -59,8 +58,11 @@ impl IndexHealth {
 }
 
 /// What a compaction did.
-#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct CompactionReport {
+    /// Fragments of the version it read, and of the version it committed.
+    pub fragments_before: usize,
+    pub fragments_after: usize,
     pub fragments_removed: usize,
     pub fragments_added: usize,
     pub files_removed: usize,
@@ -69,7 +71,7 @@ pub struct CompactionReport {
 }
 
 /// What a cleanup removed.
-#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct CleanupReport {
     pub old_versions: u64,
     pub bytes_removed: u64,
@@ -251,6 +253,7 @@ impl Store {
         options.materialize_deletions = true;
         options.materialize_deletions_threshold = deleted_share as f32;
         options.num_threads = Some(1);
+        let fragments_before = ds.fragments().len();
         let plan = plan_compaction(&ds, &options).await?;
         let mut rewritten = Vec::with_capacity(plan.num_tasks());
         for task in plan.compaction_tasks() {
@@ -258,6 +261,8 @@ impl Store {
         }
         if rewritten.is_empty() {
             return Ok(CompactionReport {
+                fragments_before,
+                fragments_after: fragments_before,
                 version: ds.version().version,
                 ..Default::default()
             });
@@ -292,8 +297,11 @@ impl Store {
         match committed {
             Ok(m) => {
                 let version = ds.version().version;
+                let fragments_after = ds.fragments().len();
                 self.remember(location, branch, Arc::new(ds));
                 Ok(CompactionReport {
+                    fragments_before,
+                    fragments_after,
                     fragments_removed: m.fragments_removed,
                     fragments_added: m.fragments_added,
                     files_removed: m.files_removed,
@@ -301,7 +309,10 @@ impl Store {
                     version,
                 })
             }
-            Err(e) => {
+            // Delete the rewritten files only when the commit surely did not land (a lost
+            // race); after any other error a manifest may reference them, and lance's
+            // cleanup removes them once no manifest does.
+            Err(e) if !unchanged || is_conflict(&e) => {
                 let store = ds.object_store(None).await?;
                 for path in written {
                     if let Ok(p) = object_store::path::Path::parse(&path)
@@ -312,6 +323,7 @@ impl Store {
                 }
                 Err(e)
             }
+            Err(e) => Err(e),
         }
     }
 
