@@ -17,6 +17,10 @@ if [ -f plugins/build.sh ]; then
   CARGO_TARGET_DIR="$HOME/.cache/lancet-plugins-target" bash plugins/build.sh
 fi
 
+# The venv holds moto, the S3 server the object-store tests start on loopback.
+export LANCET_VENV="${LANCET_VENV:-$HOME/.cache/lancet-venv}"
+bash scripts/venv.sh
+
 echo "== Rust tests"
 cargo test --workspace --locked -- --test-threads=2
 

@@ -9,9 +9,33 @@ pub struct ServeConfig {
     /// Address to listen on; port 0 picks a free port (the bound address is printed first).
     #[arg(long, env = "LANCET_ADDR", default_value = "127.0.0.1:8080")]
     pub addr: SocketAddr,
-    /// Root of the tables: a local directory, or an object store URI.
+    /// Root of the tables and of all server state: a local directory, or an object store URI
+    /// (`s3://bucket/prefix`, `gs://...`, `az://...`).
     #[arg(long, env = "LANCET_DATA", default_value = "./lancet-data")]
     pub data: String,
+    /// An object-store option (`aws_endpoint=http://...`, `aws_region=...`, ...) on top of
+    /// the provider's environment variables (`AWS_ENDPOINT`, `AWS_REGION`, ...). Repeatable.
+    #[arg(long = "storage-option", env = "LANCET_STORAGE_OPTIONS", value_delimiter = ',', value_parser = parse_option)]
+    pub storage_options: Vec<(String, String)>,
+    /// This node's name in leases and logs (default: host name and a random suffix). Replicas
+    /// sharing one root must have different names.
+    #[arg(long, env = "LANCET_NODE_ID")]
+    pub node_id: Option<String>,
+    /// Whether other server processes share the data root (replicas): then every request
+    /// checks that the catalog did not change under a cached table location. Default: true
+    /// for an object-store root, false for a local directory.
+    #[arg(long, env = "LANCET_SHARED_ROOT", action = clap::ArgAction::Set)]
+    pub shared_root: Option<bool>,
+    /// How long a job's lease lasts without renewal: a job whose node stops (killed, cut off)
+    /// is taken over by another node sharing the root after at most this long (and a third
+    /// of it). Renewed every third of it.
+    #[arg(long, env = "LANCET_JOB_LEASE_TTL", value_parser = humantime::parse_duration, default_value = "15s")]
+    pub job_lease_ttl: std::time::Duration,
+    /// Answer `storage_options` (this server's `--storage-option`s) to describe/declare
+    /// requests that ask with `vend_credentials: true`, so clients can read tables directly.
+    /// Off by default: they may hold credentials.
+    #[arg(long, env = "LANCET_VEND_STORAGE_OPTIONS", default_value_t = false, action = clap::ArgAction::Set)]
+    pub vend_storage_options: bool,
     /// Largest accepted request body, in MiB.
     #[arg(long, env = "LANCET_MAX_BODY_MB", default_value_t = 512)]
     pub max_body_mb: usize,
@@ -21,8 +45,8 @@ pub struct ServeConfig {
     /// Linear-memory cap of one UDF instance, in MiB.
     #[arg(long, env = "LANCET_UDF_MEMORY_MB", default_value_t = 256)]
     pub udf_memory_mb: usize,
-    /// The auth file (API keys, token issuer). Default: `<data>/_auth/auth.toml` for a local
-    /// data directory, `~/.config/lancet/auth.toml` for an object store root.
+    /// A local auth file (API keys, token issuer) instead of the data root's
+    /// `_auth/auth.toml` (a file of a local root, an object under an object-store root).
     #[arg(long, env = "LANCET_AUTH_FILE")]
     pub auth_file: Option<PathBuf>,
     /// Serve `<database>.<host-domain>` host names as database `<database>` when a request
@@ -163,18 +187,16 @@ impl ServeConfig {
     }
 }
 
-/// Where the auth file of a data root lives (see [`ServeConfig::auth_file`]).
-pub fn auth_path(data: &str, auth_file: Option<&std::path::Path>) -> PathBuf {
-    if let Some(path) = auth_file {
-        return path.to_path_buf();
-    }
-    if data.contains("://") {
-        std::env::var_os("HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(std::env::temp_dir)
-            .join(".config/lancet/auth.toml")
-    } else {
-        PathBuf::from(data).join("_auth").join("auth.toml")
+fn parse_option(s: &str) -> Result<(String, String), String> {
+    s.split_once('=')
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| format!("'{s}' is not key=value"))
+}
+
+impl ServeConfig {
+    pub fn storage_options(&self) -> std::collections::HashMap<String, String> {
+        self.storage_options.iter().cloned().collect()
     }
 }
 

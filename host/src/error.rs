@@ -74,6 +74,10 @@ impl ApiError {
     pub fn column_not_found(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::TableColumnNotFound, message)
     }
+    /// 503: a shared resource (another node's lock) is busy; the client may retry.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::ServiceUnavailable, message)
+    }
     pub fn conflict(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::ConcurrentModification, message)
     }

@@ -15,6 +15,7 @@ pub mod http;
 pub mod jobs;
 pub mod json_types;
 pub mod metrics;
+pub mod root;
 pub mod server;
 pub mod store;
 pub mod tenants;
@@ -45,6 +46,12 @@ pub struct App {
     pub metrics_token: Option<String>,
     /// `LANCET_FAULT_INJECTION=1`: honour `x-lancet-fault` request headers (tests only).
     pub fault_injection: bool,
+    /// `--vend-storage-options`: describe/declare may hand clients the storage options.
+    pub vend_storage_options: bool,
+    /// Server state under the data root (auth file, jobs, modules, leases).
+    pub root: std::sync::Arc<root::RootStore>,
+    /// This node's name in leases.
+    pub node_id: String,
 }
 
 impl App {

@@ -70,6 +70,9 @@ struct KeysArgs {
     /// The auth file, if not the data root's default.
     #[arg(long, env = "LANCET_AUTH_FILE", global = true)]
     auth_file: Option<std::path::PathBuf>,
+    /// Object-store options, as for `lancet serve` (repeatable key=value).
+    #[arg(long = "storage-option", env = "LANCET_STORAGE_OPTIONS", value_delimiter = ',', value_parser = parse_kv, global = true)]
+    storage_options: Vec<(String, String)>,
     #[command(subcommand)]
     command: KeysCommand,
 }
@@ -95,10 +98,18 @@ enum KeysCommand {
     Revoke { id: String },
 }
 
-fn keys(args: KeysArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-    use lancet::auth::AuthFile;
-    let path = lancet::config::auth_path(&args.data, args.auth_file.as_deref());
-    let mut file = AuthFile::load(&path)?;
+/// `lancet keys`: changes the auth file where the servers of this root read it (a local file,
+/// or the object under an object-store root, changed with a conditional write).
+async fn keys(args: KeysArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    use lancet::auth::AuthSource;
+    let config = lancet::config::ServeConfig::from_args(["--data", args.data.as_str()])?;
+    let session = lance::session::Session::default();
+    let options = args.storage_options.into_iter().collect();
+    let root = std::sync::Arc::new(
+        lancet::root::RootStore::open(&config.root_uri()?, &options, &session).await?,
+    );
+    let source = AuthSource::of(&root, args.auth_file.as_deref());
+    let place = source.describe();
     match args.command {
         KeysCommand::Create {
             tenant,
@@ -106,18 +117,17 @@ fn keys(args: KeysArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> 
             namespace,
             description,
         } => {
-            let (key, entry) = file.create_key(&tenant, role, namespace, &description)?;
-            file.save(&path)?;
+            let (key, entry) = source
+                .update(|file| file.create_key(&tenant, role, namespace.clone(), &description))
+                .await?;
             eprintln!(
-                "created key {} (tenant {}, role {}) in {}; it is shown once:",
-                entry.id,
-                entry.tenant,
-                entry.role,
-                path.display()
+                "created key {} (tenant {}, role {}) in {place}; it is shown once:",
+                entry.id, entry.tenant, entry.role,
             );
             println!("{key}");
         }
         KeysCommand::List => {
+            let (file, _) = source.load().await?;
             for k in &file.keys {
                 println!(
                     "{}\ttenant={}\trole={}\tnamespace={}\tcreated={}\t{}",
@@ -131,10 +141,10 @@ fn keys(args: KeysArgs) -> Result<(), Box<dyn std::error::Error + Send + Sync>> 
             }
         }
         KeysCommand::Revoke { id } => {
-            if !file.revoke(&id) {
-                return Err(format!("no key with id {id} in {}", path.display()).into());
+            let revoked = source.update(|file| Ok(file.revoke(&id))).await?;
+            if !revoked {
+                return Err(format!("no key with id {id} in {place}").into());
             }
-            file.save(&path)?;
             eprintln!("revoked {id}");
         }
     }
@@ -214,7 +224,7 @@ fn main() {
             entry,
             config,
         }) => package(&file, &entry, config),
-        Command::Keys(args) => keys(args),
+        Command::Keys(args) => runtime.block_on(keys(args)),
         Command::Jobs(JobsCommand::Watch {
             job_id,
             url,

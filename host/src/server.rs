@@ -6,29 +6,41 @@ use std::time::Duration;
 use lance::session::Session;
 use tokio::net::TcpListener;
 
-use crate::auth::{AuthFile, Authenticator, Role, keys::KeyRing};
-use crate::config::{ServeConfig, auth_path};
+use crate::auth::{AuthSource, Authenticator, Role, keys::KeyRing};
+use crate::config::ServeConfig;
+use crate::root::RootStore;
 use crate::store::Store;
 use crate::tenants::Tenants;
 use crate::virtual_columns::VirtualColumns;
 use crate::{App, http};
 
 pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
-    let root = config.root_uri()?;
+    let root_uri = config.root_uri()?;
     let session = Arc::new(Session::default());
-    let (auth, tenant_limits) = authenticator(config)?;
+    let storage_options = config.storage_options();
+    let root = Arc::new(RootStore::open(&root_uri, &storage_options, &session).await?);
+    // A missing bucket or bad credentials stop the start, rather than fail every request.
+    root.list(crate::auth::source::AUTH_DIR).await?;
+    let node_id = node_id(config);
+    let (auth, tenant_limits) = authenticator(config, &root).await?;
     let runtime = lancet_udf::Runtime::new(udf_config(config, &root))?;
-    let jobs = crate::jobs::JobManager::open(local_dir(config, &root, "_jobs"))?
+    let jobs = crate::jobs::JobManager::open(root.clone(), node_id.clone(), config.job_lease_ttl)
         .with_upkeep_concurrency(config.upkeep_concurrency);
     Ok(Arc::new(App {
-        tenants: Tenants::new(&root, session.clone()),
+        tenants: Tenants::new(
+            &root_uri,
+            session.clone(),
+            storage_options.clone(),
+            node_id.clone(),
+            config.shared_root.unwrap_or(!root.is_local()),
+        ),
         auth,
         host_domain: config
             .host_domain
             .as_ref()
             .map(|d| d.trim_matches('.').to_ascii_lowercase())
             .filter(|d| !d.is_empty()),
-        store: Store::new(session, config.vector_cache_mb << 20),
+        store: Store::new(session, config.vector_cache_mb << 20, storage_options),
         virtual_columns: VirtualColumns::with_tenant_limits(Arc::new(runtime), &tenant_limits),
         jobs,
         upkeep: crate::upkeep::Upkeep::new(config.upkeep_policy(), config.upkeep_interval),
@@ -43,6 +55,9 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
         }),
         metrics_token: config.metrics_token.clone().filter(|t| !t.is_empty()),
         fault_injection: std::env::var("LANCET_FAULT_INJECTION").is_ok_and(|v| v == "1"),
+        vend_storage_options: config.vend_storage_options,
+        root,
+        node_id,
     }))
 }
 
@@ -50,27 +65,57 @@ fn cores() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get())
 }
 
+/// `--node-id`, else the host name and a random suffix (two processes on one host differ).
+fn node_id(config: &ServeConfig) -> String {
+    config
+        .node_id
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/etc/hostname")
+                .map(|h| h.trim().to_string())
+                .ok()
+                .filter(|h| !h.is_empty())
+                .unwrap_or_else(|| "node".into());
+            format!("{host}-{}", &uuid::Uuid::new_v4().simple().to_string()[..6])
+        })
+}
+
 /// Keys from the auth file plus `LANCET_BOOTSTRAP_KEY`. A server with no way at all to
 /// authenticate creates an admin key for tenant `default` and prints it once, so a fresh data
 /// directory is usable in one step.
 type TenantLimits = std::collections::HashMap<String, lancet_udf::LimitsOverride>;
 
-fn authenticator(config: &ServeConfig) -> anyhow_like::Result<(Authenticator, TenantLimits)> {
-    let path = auth_path(&config.data, config.auth_file.as_deref());
-    let mut file = AuthFile::load(&path)?;
+async fn authenticator(
+    config: &ServeConfig,
+    root: &Arc<RootStore>,
+) -> anyhow_like::Result<(Authenticator, TenantLimits)> {
+    let source = AuthSource::of(root, config.auth_file.as_deref());
+    let (file, _) = source.load().await?;
     let bootstrap = std::env::var("LANCET_BOOTSTRAP_KEY").ok();
     let bootstrap = bootstrap.as_deref().filter(|k| !k.trim().is_empty());
     if file.keys.is_empty() && file.jwt.is_none() && bootstrap.is_none() {
-        let (key, entry) =
-            file.create_key("default", Role::Admin, vec![], "created by lancet serve")?;
-        file.save(&path)?;
-        println!(
-            "created admin API key {} for tenant 'default' (shown once; stored hashed in {}):\n  {key}",
-            entry.id,
-            path.display()
-        );
+        // Another replica starting at the same moment may have created one: only an auth file
+        // still without any way in gets a key.
+        let created = source
+            .update(|f| {
+                if !f.keys.is_empty() || f.jwt.is_some() {
+                    return Ok(None);
+                }
+                f.create_key("default", Role::Admin, vec![], "created by lancet serve")
+                    .map(Some)
+            })
+            .await?;
+        if let Some((key, entry)) = created {
+            println!(
+                "created admin API key {} for tenant 'default' (shown once; stored hashed in {}):\n  {key}",
+                entry.id,
+                source.describe()
+            );
+        }
     }
-    let keys = KeyRing::open(Some(path), bootstrap)?;
+    let (file, _) = source.load().await?;
+    let keys = KeyRing::open(Some(source), bootstrap).await?;
     let limits = file
         .tenants
         .iter()
@@ -79,36 +124,40 @@ fn authenticator(config: &ServeConfig) -> anyhow_like::Result<(Authenticator, Te
     Ok((Authenticator::new(keys, file.jwt.as_ref())?, limits))
 }
 
-/// A directory of server state kept beside the tables (`<root>/<name>`), or in a local cache
-/// directory when the root is an object store.
-fn local_dir(config: &ServeConfig, root: &str, name: &str) -> std::path::PathBuf {
-    if config.data.contains("://") {
-        std::env::var_os("HOME")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(std::env::temp_dir)
-            .join(".cache/lancet")
-            .join(name.trim_start_matches('_'))
+/// Modules are stored content-addressed under the root (`_udfs/modules`). A local root is
+/// the runtime's module directory itself, with compiled code in `_udfs/cache`; for an
+/// object-store root both local directories are caches (under `$LANCET_CACHE_DIR`, default
+/// `~/.cache/lancet`) and the modules themselves live on the store.
+fn udf_config(config: &ServeConfig, root: &Arc<RootStore>) -> lancet_udf::RuntimeConfig {
+    let (base, shared) = if root.is_local() {
+        (std::path::PathBuf::from(root.uri()).join("_udfs"), None)
     } else {
-        std::path::PathBuf::from(root).join(name)
-    }
-}
-
-/// Modules are stored content-addressed beside the tables (`<root>/_udfs/modules`), compiled
-/// code in `_udfs/cache`. For an object-store root both live in a local cache directory.
-fn udf_config(config: &ServeConfig, root: &str) -> lancet_udf::RuntimeConfig {
-    let base = if config.data.contains("://") {
-        std::env::var_os("HOME")
-            .map(std::path::PathBuf::from)
-            .unwrap_or_else(std::env::temp_dir)
-            .join(".cache/lancet/udfs")
-    } else {
-        std::path::PathBuf::from(root).join("_udfs")
+        let modules =
+            crate::root::modules::RootModules::new(root.clone(), tokio::runtime::Handle::current());
+        let shared: Arc<dyn lancet_udf::SharedModules> = Arc::new(modules);
+        (cache_dir(root).join("udfs"), Some(shared))
     };
     let mut udf = lancet_udf::RuntimeConfig::new(base.join("modules"), base.join("cache"));
+    udf.shared = shared;
     udf.default_limits.timeout = std::time::Duration::from_millis(config.udf_timeout_ms);
     udf.default_limits.max_memory_bytes = config.udf_memory_mb * 1024 * 1024;
     udf.default_limits.max_output_bytes = config.udf_max_output_mb * 1024 * 1024;
     udf
+}
+
+/// This node's cache directory for an object-store root: `$LANCET_CACHE_DIR`, else
+/// `~/.cache/lancet`, then a folder per root (so two roots never share cached modules).
+fn cache_dir(root: &RootStore) -> std::path::PathBuf {
+    use sha2::Digest;
+    let base = std::env::var_os("LANCET_CACHE_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::env::var_os("HOME")
+                .map(std::path::PathBuf::from)
+                .unwrap_or_else(std::env::temp_dir)
+                .join(".cache/lancet")
+        });
+    base.join(&hex::encode(sha2::Sha256::digest(root.uri().as_bytes()))[..16])
 }
 
 /// Serve until SIGINT/SIGTERM; requests in flight (writes included) finish before exit.
@@ -201,7 +250,7 @@ async fn refresh_keys(app: Arc<App>) {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     loop {
         tick.tick().await;
-        match app.auth.keys().refresh() {
+        match app.auth.keys().refresh().await {
             Ok(true) => tracing::info!("auth file changed; keys reloaded"),
             Ok(false) => {}
             Err(e) => tracing::warn!(error = %e, "auth file unreadable; keeping the previous keys"),

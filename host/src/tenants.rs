@@ -13,6 +13,10 @@ use crate::error::{ApiError, ApiResult};
 pub struct Tenants {
     root: String,
     session: Arc<Session>,
+    storage_options: HashMap<String, String>,
+    node: String,
+    /// Whether other nodes may change the catalogs (`--shared-root`).
+    shared: bool,
     /// Read on every request; written once per tenant.
     catalogs: std::sync::RwLock<HashMap<String, Arc<Catalog>>>,
     /// Serialises first opens, so a tenant's catalog is opened once.
@@ -20,10 +24,19 @@ pub struct Tenants {
 }
 
 impl Tenants {
-    pub fn new(root: &str, session: Arc<Session>) -> Self {
+    pub fn new(
+        root: &str,
+        session: Arc<Session>,
+        storage_options: HashMap<String, String>,
+        node: String,
+        shared: bool,
+    ) -> Self {
         Self {
             root: root.trim_end_matches('/').to_string(),
             session,
+            storage_options,
+            node,
+            shared,
             catalogs: Default::default(),
             opening: Default::default(),
         }
@@ -52,7 +65,16 @@ impl Tenants {
             std::fs::create_dir_all(&root)
                 .map_err(|e| ApiError::internal(format!("cannot create tenant directory: {e}")))?;
         }
-        let catalog = Arc::new(Catalog::open(&root, self.session.clone()).await?);
+        let catalog = Arc::new(
+            Catalog::open(
+                &root,
+                self.session.clone(),
+                &self.storage_options,
+                &self.node,
+                self.shared,
+            )
+            .await?,
+        );
         self.catalogs
             .write()
             .unwrap()

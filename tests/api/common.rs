@@ -58,16 +58,38 @@ impl Server {
     }
 
     pub async fn start_with(data: tempfile::TempDir, env: &[(&str, &str)]) -> Server {
-        let mut server = Self::start_at(data.path(), env).await;
+        let mut server = Self::start_on(data.path().to_str().unwrap(), env).await;
         server.data = Some(data);
         server
     }
 
     /// A server on a directory it does not own (e.g. a second process on another's data).
     pub async fn start_at(dir: &std::path::Path, env: &[(&str, &str)]) -> Server {
+        // Another node: a name of its own (two nodes must never share one).
+        let node = format!(
+            "test-other-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        );
+        let mut env = env.to_vec();
+        if !env.iter().any(|(k, _)| *k == "LANCET_NODE_ID") {
+            env.insert(0, ("LANCET_NODE_ID", node.as_str()));
+        }
+        Self::start_on(dir.as_os_str().to_str().unwrap(), &env).await
+    }
+
+    /// A server on data root `root` (a directory or an object-store URI). Its node id is
+    /// derived from the root, so a restart on the same root takes its jobs back at once (as a
+    /// node with a stable `--node-id` does); replicas of one root pass their own.
+    pub async fn start_on(root: &str, env: &[(&str, &str)]) -> Server {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_lancet"));
-        cmd.args(["serve", "--addr", "127.0.0.1:0", "--data"])
-            .arg(dir)
+        let node = format!("test-{:x}", {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            root.hash(&mut h);
+            h.finish()
+        });
+        cmd.args(["serve", "--addr", "127.0.0.1:0", "--data", root])
+            .env("LANCET_NODE_ID", node)
             .env("LANCET_BOOTSTRAP_KEY", ADMIN_KEY)
             // Background upkeep commits on its own schedule; tests that count versions or
             // fragments would race it. The upkeep tests turn it back on.

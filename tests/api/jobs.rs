@@ -11,7 +11,7 @@ use crate::common::*;
 use crate::udf::plugin;
 
 /// A virtual column definition (not auto-backfilled) for `entry` of plugin `name`.
-fn vc(name: &str, entry: &str, inputs: &[&str], config: &[(&str, &str)]) -> Value {
+pub(crate) fn vc(name: &str, entry: &str, inputs: &[&str], config: &[(&str, &str)]) -> Value {
     let wasm = plugin(name);
     let config: BTreeMap<String, String> = config
         .iter()
@@ -28,7 +28,7 @@ fn vc(name: &str, entry: &str, inputs: &[&str], config: &[(&str, &str)]) -> Valu
     })
 }
 
-async fn add_virtual(s: &Server, table: &str, column: &str, def: Value) {
+pub(crate) async fn add_virtual(s: &Server, table: &str, column: &str, def: Value) {
     s.ok(
         &format!("/v1/table/{table}/add_columns"),
         json!({"new_columns": [{"name": column, "virtual_column": def}]}),
@@ -37,7 +37,7 @@ async fn add_virtual(s: &Server, table: &str, column: &str, def: Value) {
 }
 
 /// Table `name` with `frags` fragments of `per` rows (ids 0..frags*per).
-async fn table_with_fragments(s: &Server, name: &str, frags: i64, per: i64) {
+pub(crate) async fn table_with_fragments(s: &Server, name: &str, frags: i64, per: i64) {
     s.create_table(name, per).await;
     for i in 1..frags {
         let (st, b) = s
@@ -70,14 +70,14 @@ fn int_pairs(batches: &[RecordBatch], column: &str) -> Vec<(i64, Option<i64>)> {
     out
 }
 
-async fn doubled(s: &Server, table: &str) -> Vec<(i64, Option<i64>)> {
+pub(crate) async fn doubled(s: &Server, table: &str) -> Vec<(i64, Option<i64>)> {
     let rows = s
         .query(table, json!({"columns": ["id", "dbl"], "limit": 100000}))
         .await;
     int_pairs(&rows, "dbl")
 }
 
-fn slow(spin: &str) -> Value {
+pub(crate) fn slow(spin: &str) -> Value {
     vc("misbehave", "slow_double", &["id"], &[("spin", spin)])
 }
 

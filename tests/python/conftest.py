@@ -15,18 +15,18 @@ ADMIN_KEY = "python-tests-admin-key"
 
 
 class Lancet:
-    def __init__(self, data_dir):
+    def __init__(self, data_dir, args=(), env=None):
         self.data = data_dir
         # Tables of tenant `default` (what the admin key sees) live here.
         self.tenant_root = os.path.join(data_dir, "tenants", "default")
         self.key = ADMIN_KEY
         self.binary = os.environ.get("LANCET_BIN", "lancet")
         self.proc = subprocess.Popen(
-            [self.binary, "serve", "--addr", "127.0.0.1:0", "--data", data_dir],
+            [self.binary, "serve", "--addr", "127.0.0.1:0", "--data", data_dir, *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
-            env={**os.environ, "LANCET_BOOTSTRAP_KEY": ADMIN_KEY},
+            env={**os.environ, "LANCET_BOOTSTRAP_KEY": ADMIN_KEY, **(env or {})},
         )
         line = self.proc.stdout.readline().strip()
         while line and not line.startswith("listening on "):

@@ -5,12 +5,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 venv="${LANCET_VENV:-$HOME/.cache/lancet-venv}"
-want="$(sha256sum "$here/requirements.txt" | cut -d' ' -f1)"
-if [ ! -x "$venv/bin/pytest" ] || [ "$(cat "$venv/.lancet-requirements" 2>/dev/null)" != "$want" ]; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install -q -r "$here/requirements.txt"
-  echo "$want" > "$venv/.lancet-requirements"
-fi
+bash "$root/scripts/venv.sh"
 target="${CARGO_TARGET_DIR:-$HOME/.cache/lancet-target}"
 (cd "$root" && cargo build -q --bin lancet)
 export LANCET_BIN="$target/debug/lancet"

@@ -33,4 +33,4 @@ pub use manifest::{
     ABI_NAME, ABI_VERSION, MAX_MODULE_BYTES, Manifest, OLDEST_ABI_VERSION, OnError, sha256_hex,
 };
 pub use package::{Packaged, decode_module_base64, package};
-pub use runtime::{PreparedUdf, Runtime, RuntimeConfig, RuntimeStats};
+pub use runtime::{PreparedUdf, Runtime, RuntimeConfig, RuntimeStats, SharedModules};

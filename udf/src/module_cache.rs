@@ -42,6 +42,7 @@ pub(crate) struct ModuleCache {
     cache_dir: PathBuf,
     compat: String,
     loaded: Mutex<HashMap<String, Arc<CompiledModule>>>,
+    shared: Option<Arc<dyn crate::runtime::SharedModules>>,
     /// Serialises loading so two callers never compile the same module at once.
     loading: Mutex<()>,
     pub(crate) counters: CacheCounters,
@@ -54,6 +55,7 @@ impl ModuleCache {
         module_dir: PathBuf,
         cache_dir: PathBuf,
         compat: String,
+        shared: Option<Arc<dyn crate::runtime::SharedModules>>,
     ) -> Self {
         Self {
             engine,
@@ -62,6 +64,7 @@ impl ModuleCache {
             cache_dir,
             compat,
             loaded: Mutex::default(),
+            shared,
             loading: Mutex::default(),
             counters: CacheCounters::default(),
         }
@@ -69,6 +72,27 @@ impl ModuleCache {
 
     pub(crate) fn module_path(&self, sha256: &str) -> PathBuf {
         self.module_dir.join(format!("{sha256}.wasm"))
+    }
+
+    /// Copy a module from the shared store into `module_dir`; false when the shared store
+    /// does not have it (or there is none). Bytes that do not match their name are refused.
+    pub(crate) fn fetch_shared(&self, sha256: &str) -> Result<bool, UdfError> {
+        let Some(shared) = &self.shared else {
+            return Ok(false);
+        };
+        let Some(bytes) = shared.fetch(sha256).map_err(UdfError::Internal)? else {
+            return Ok(false);
+        };
+        let actual = sha256_hex(&bytes);
+        if actual != sha256 {
+            return Err(UdfError::ModuleChecksumMismatch {
+                expected: sha256.to_string(),
+                actual,
+            });
+        }
+        check_header(&bytes)?;
+        write_atomically(&self.module_path(sha256), &bytes)?;
+        Ok(true)
     }
 
     fn precompiled_path(&self, sha256: &str) -> PathBuf {
@@ -141,6 +165,9 @@ impl ModuleCache {
 
     fn compile(&self, sha256: &str) -> Result<Module, UdfError> {
         let path = self.module_path(sha256);
+        if !path.exists() {
+            self.fetch_shared(sha256)?;
+        }
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

@@ -19,8 +19,17 @@ use crate::module_cache::{CompiledModule, ModuleCache, write_atomically};
 use crate::module_check::{check_header, check_interface};
 use crate::pool::{InstanceKey, InstancePool};
 
+/// A module store shared by several runtimes (every server node of one data root): modules are
+/// published to it when stored, and fetched from it into the local `module_dir` (then a cache)
+/// when a runtime needs one it has not seen. Fetched bytes are checked against their sha256 like
+/// any other module.
+pub trait SharedModules: Send + Sync {
+    fn fetch(&self, sha256: &str) -> Result<Option<Vec<u8>>, String>;
+    fn publish(&self, sha256: &str, bytes: &[u8]) -> Result<(), String>;
+}
+
 /// Where the runtime keeps modules and compiled code, and the server-wide limits.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RuntimeConfig {
     /// Content-addressed module store: `<sha256>.wasm`.
     pub module_dir: PathBuf,
@@ -33,6 +42,20 @@ pub struct RuntimeConfig {
     pub max_instances: u32,
     /// Idle instances kept per (tenant, UDF module + config).
     pub max_idle_per_key: usize,
+    /// Where modules are kept for other nodes; `None` when `module_dir` is the only store.
+    pub shared: Option<Arc<dyn SharedModules>>,
+}
+
+impl std::fmt::Debug for RuntimeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeConfig")
+            .field("module_dir", &self.module_dir)
+            .field("cache_dir", &self.cache_dir)
+            .field("default_limits", &self.default_limits)
+            .field("max_instances", &self.max_instances)
+            .field("shared", &self.shared.is_some())
+            .finish()
+    }
 }
 
 impl RuntimeConfig {
@@ -43,6 +66,7 @@ impl RuntimeConfig {
             default_limits: Limits::default(),
             max_instances: 256,
             max_idle_per_key: 8,
+            shared: None,
         }
     }
 }
@@ -152,6 +176,7 @@ impl Runtime {
             cfg.module_dir.clone(),
             cfg.cache_dir.clone(),
             compat,
+            cfg.shared.clone(),
         );
         let ticker = EpochTicker::start(engine.clone())?;
         let pool = InstancePool::new(
@@ -202,6 +227,7 @@ impl Runtime {
     /// Whether the module with this sha256 is in the module store.
     pub fn has_module(&self, sha256: &str) -> bool {
         self.inner.modules.module_path(sha256).exists()
+            || self.inner.modules.fetch_shared(sha256).unwrap_or(false)
     }
 
     /// Verifies `module` against the manifest's sha256 and size and stores it
@@ -211,7 +237,9 @@ impl Runtime {
         manifest.validate()?;
         let path = self.inner.modules.module_path(&manifest.module_sha256);
         let Some(bytes) = module else {
-            return match path.exists() {
+            return match path.exists()
+                || self.inner.modules.fetch_shared(&manifest.module_sha256)?
+            {
                 true => Ok(()),
                 false => Err(UdfError::ModuleNotStored {
                     sha256: manifest.module_sha256.clone(),
@@ -238,6 +266,12 @@ impl Runtime {
             });
         }
         check_header(bytes)?;
+        if let Some(shared) = &self.inner.cfg.shared {
+            // Published first: a module another node may be asked to run must be there for it.
+            shared
+                .publish(&manifest.module_sha256, bytes)
+                .map_err(UdfError::Internal)?;
+        }
         if path.exists() {
             return Ok(()); // same name, same bytes
         }

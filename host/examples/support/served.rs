@@ -9,12 +9,23 @@ pub struct Served {
 }
 
 impl Served {
-    #[allow(clippy::zombie_processes)]
+    #[allow(dead_code)]
     pub fn start(bin: &std::path::Path, data: &std::path::Path, args: &[&str]) -> Served {
+        Self::start_with(bin, data.to_str().expect("a UTF-8 path"), args, &[])
+    }
+
+    /// A server on data root `data` (a directory or an object-store URI), with `env` set.
+    #[allow(clippy::zombie_processes)]
+    pub fn start_with(
+        bin: &std::path::Path,
+        data: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Served {
         let mut child = Command::new(bin)
-            .args(["serve", "--addr", "127.0.0.1:0", "--data"])
-            .arg(data)
+            .args(["serve", "--addr", "127.0.0.1:0", "--data", data])
             .args(args)
+            .envs(env.iter().copied())
             .env("LANCET_LOG", "error")
             .stdout(Stdio::piped())
             .stderr(Stdio::null())

@@ -5,14 +5,13 @@
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::RwLock;
-use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::{Grant, JwtConfig, Role, check_tenant_name};
+use super::{AuthSource, Grant, JwtConfig, Role, check_tenant_name};
 
 /// The auth file: API keys and the optional token issuer.
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
@@ -73,36 +72,44 @@ impl AuthFile {
     /// A missing file is an empty one.
     pub fn load(path: &Path) -> Result<Self, String> {
         match std::fs::read_to_string(path) {
-            Ok(text) => {
-                let file: AuthFile =
-                    toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-                for (name, settings) in &file.tenants {
-                    check_tenant_name(name).map_err(|e| format!("[tenants.{name}]: {e}"))?;
-                    if let Some(upkeep) = &settings.upkeep {
-                        upkeep
-                            .validate()
-                            .map_err(|e| format!("[tenants.{name}]: {e}"))?;
-                    }
-                }
-                for k in &file.keys {
-                    check_tenant_name(&k.tenant).map_err(|e| format!("key {}: {e}", k.id))?;
-                    if k.sha256.len() != 64 || !k.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
-                        return Err(format!("key {}: sha256 must be 64 hex digits", k.id));
-                    }
-                }
-                Ok(file)
-            }
+            Ok(text) => Self::parse(&text, &path.display().to_string()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
             Err(e) => Err(format!("{}: {e}", path.display())),
         }
     }
 
-    /// Written to a temporary file, synced, then renamed over the old one, so a server reading
-    /// it never sees half a file. Readable by the owner only.
-    pub fn save(&self, path: &Path) -> Result<(), String> {
+    /// The file's text, checked (`origin` names it in errors).
+    pub fn parse(text: &str, origin: &str) -> Result<Self, String> {
+        let file: AuthFile = toml::from_str(text).map_err(|e| format!("{origin}: {e}"))?;
+        for (name, settings) in &file.tenants {
+            check_tenant_name(name).map_err(|e| format!("[tenants.{name}]: {e}"))?;
+            if let Some(upkeep) = &settings.upkeep {
+                upkeep
+                    .validate()
+                    .map_err(|e| format!("[tenants.{name}]: {e}"))?;
+            }
+        }
+        for k in &file.keys {
+            check_tenant_name(&k.tenant).map_err(|e| format!("key {}: {e}", k.id))?;
+            if k.sha256.len() != 64 || !k.sha256.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(format!("key {}: sha256 must be 64 hex digits", k.id));
+            }
+        }
+        Ok(file)
+    }
+
+    /// The file's text, with a header for whoever opens it.
+    pub fn render(&self) -> Result<String, String> {
         let text = toml::to_string_pretty(self).map_err(|e| e.to_string())?;
         let header = "# Lancet credentials. Keys are stored as SHA-256 hashes: a lost key cannot be\n\
                       # recovered, only revoked and replaced (lancet keys create/revoke).\n\n";
+        Ok(format!("{header}{text}"))
+    }
+
+    /// Written to a temporary file, synced, then renamed over the old one, so a server reading
+    /// it never sees half a file. Readable by the owner only.
+    pub fn save(&self, path: &Path) -> Result<(), String> {
+        let text = self.render()?;
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         }
@@ -113,7 +120,6 @@ impl AuthFile {
             #[cfg(unix)]
             std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
             let mut f = options.open(&tmp)?;
-            f.write_all(header.as_bytes())?;
             f.write_all(text.as_bytes())?;
             f.sync_all()?;
             std::fs::rename(&tmp, path)
@@ -161,24 +167,19 @@ impl AuthFile {
 struct Loaded {
     by_hash: HashMap<String, Grant>,
     tenants: crate::config::TenantTable,
-    stamp: Option<(SystemTime, u64)>,
+    stamp: Option<String>,
 }
 
 /// The keys a server accepts: those of the auth file (kept current) plus an optional bootstrap
 /// key given at start-up.
 pub struct KeyRing {
-    path: Option<PathBuf>,
+    source: Option<AuthSource>,
     bootstrap: Option<(String, Grant)>,
     loaded: RwLock<Loaded>,
 }
 
-fn stamp(path: &Path) -> Option<(SystemTime, u64)> {
-    let meta = std::fs::metadata(path).ok()?;
-    Some((meta.modified().ok()?, meta.len()))
-}
-
 impl KeyRing {
-    pub fn open(path: Option<PathBuf>, bootstrap: Option<&str>) -> Result<Self, String> {
+    pub async fn open(source: Option<AuthSource>, bootstrap: Option<&str>) -> Result<Self, String> {
         let bootstrap = bootstrap.filter(|k| !k.is_empty()).map(|k| {
             (
                 hash_key(k),
@@ -191,7 +192,7 @@ impl KeyRing {
             )
         });
         let ring = Self {
-            path,
+            source,
             bootstrap,
             loaded: RwLock::new(Loaded {
                 by_hash: HashMap::new(),
@@ -199,20 +200,19 @@ impl KeyRing {
                 stamp: None,
             }),
         };
-        ring.reload()?;
+        ring.reload().await?;
         Ok(ring)
     }
 
-    pub fn path(&self) -> Option<&Path> {
-        self.path.as_deref()
+    pub fn source(&self) -> Option<&AuthSource> {
+        self.source.as_ref()
     }
 
-    fn reload(&self) -> Result<(), String> {
-        let Some(path) = &self.path else {
+    async fn reload(&self) -> Result<(), String> {
+        let Some(source) = &self.source else {
             return Ok(());
         };
-        let stamp = stamp(path);
-        let file = AuthFile::load(path)?;
+        let (file, stamp) = source.load().await?;
         let by_hash = file
             .keys
             .iter()
@@ -228,14 +228,14 @@ impl KeyRing {
 
     /// Re-reads the auth file if it changed. A file that fails to parse leaves the keys as they
     /// were (a typo must not lock everyone out or let anyone in).
-    pub fn refresh(&self) -> Result<bool, String> {
-        let Some(path) = &self.path else {
+    pub async fn refresh(&self) -> Result<bool, String> {
+        let Some(source) = &self.source else {
             return Ok(false);
         };
-        if stamp(path) == self.loaded.read().unwrap().stamp {
+        if source.stamp().await? == self.loaded.read().unwrap().stamp {
             return Ok(false);
         }
-        self.reload().map(|_| true)
+        self.reload().await.map(|_| true)
     }
 
     /// A tenant's `[tenants.<name>]` settings as the auth file has them now.
@@ -263,8 +263,8 @@ impl KeyRing {
 mod tests {
     use super::*;
 
-    #[test]
-    fn created_keys_verify_and_revoked_keys_do_not() {
+    #[tokio::test]
+    async fn created_keys_verify_and_revoked_keys_do_not() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("auth.toml");
         let mut file = AuthFile::default();
@@ -276,7 +276,9 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(!text.contains(&key), "the key itself must not be stored");
 
-        let ring = KeyRing::open(Some(path.clone()), None).unwrap();
+        let ring = KeyRing::open(Some(AuthSource::File(path.clone())), None)
+            .await
+            .unwrap();
         let grant = ring.lookup(&key).unwrap();
         assert_eq!(grant.tenant, "acme");
         assert_eq!(grant.role, Role::Write);
@@ -288,29 +290,31 @@ mod tests {
         assert!(!file.revoke(&entry.id));
         // A rewrite within the same instant still differs in length.
         file.save(&path).unwrap();
-        assert!(ring.refresh().unwrap());
+        assert!(ring.refresh().await.unwrap());
         assert!(ring.lookup(&key).is_none());
     }
 
-    #[test]
-    fn a_broken_file_keeps_the_previous_keys() {
+    #[tokio::test]
+    async fn a_broken_file_keeps_the_previous_keys() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("auth.toml");
         let mut file = AuthFile::default();
         let (key, _) = file.create_key("default", Role::Read, vec![], "").unwrap();
         file.save(&path).unwrap();
-        let ring = KeyRing::open(Some(path.clone()), None).unwrap();
+        let ring = KeyRing::open(Some(AuthSource::File(path.clone())), None)
+            .await
+            .unwrap();
         std::fs::write(&path, "keys = [[[").unwrap();
-        assert!(ring.refresh().is_err());
+        assert!(ring.refresh().await.is_err());
         assert!(ring.lookup(&key).is_some());
     }
 
-    #[test]
-    fn bootstrap_key_is_a_default_admin() {
-        let ring = KeyRing::open(None, Some("s3cret")).unwrap();
+    #[tokio::test]
+    async fn bootstrap_key_is_a_default_admin() {
+        let ring = KeyRing::open(None, Some("s3cret")).await.unwrap();
         let g = ring.lookup("s3cret").unwrap();
         assert_eq!((g.tenant.as_str(), g.role), ("default", Role::Admin));
         assert!(!ring.is_empty());
-        assert!(KeyRing::open(None, Some("")).unwrap().is_empty());
+        assert!(KeyRing::open(None, Some("")).await.unwrap().is_empty());
     }
 }

@@ -4,11 +4,13 @@
 
 mod jwt;
 pub mod keys;
+pub mod source;
 
 use serde::{Deserialize, Serialize};
 
 pub use jwt::JwtConfig;
 pub use keys::{AuthFile, KeyEntry};
+pub use source::AuthSource;
 
 /// What a credential may do, each role including the ones before it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, Hash)]

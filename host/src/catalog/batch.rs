@@ -146,9 +146,14 @@ fn io_error(what: &str, e: impl std::fmt::Display) -> ApiError {
 }
 
 impl Intents {
-    pub(crate) async fn open(root: &str, session: &Session) -> ApiResult<Self> {
+    pub(crate) async fn open(
+        root: &str,
+        session: &Session,
+        options: &std::collections::HashMap<String, String>,
+    ) -> ApiResult<Self> {
+        let params = crate::root::store_params(options);
         let (store, base) =
-            ObjectStore::from_uri_and_params(session.store_registry(), root, &Default::default())
+            ObjectStore::from_uri_and_params(session.store_registry(), root, &params)
                 .await
                 .map_err(ApiError::from)?;
         Ok(Self {
@@ -287,7 +292,15 @@ impl From<ApiError> for BatchFailure {
 impl Catalog {
     /// Applies `ops` all-or-nothing; answers one JSON result per operation, in request order.
     pub async fn commit_batch(&self, ops: Vec<BatchOp>) -> Result<Vec<Value>, BatchFailure> {
-        let _guard = self.commit_lock.lock().await;
+        let _guard = self
+            .commit_lock
+            .lock()
+            .await
+            .map_err(|error| BatchFailure {
+                error,
+                op: None,
+                stage: Stage::Check,
+            })?;
         self.commit_batch_locked(ops).await
     }
 

@@ -16,44 +16,75 @@ use lance_namespace::{ErrorCode, LanceNamespace};
 use lance_namespace_impls::DirectoryNamespaceBuilder;
 
 use crate::error::{ApiError, ApiResult};
+use crate::root::RootStore;
 
 pub mod batch;
+mod lock;
+
+pub use lock::{CatalogGuard, CatalogLock};
 
 pub struct Catalog {
     ns: Arc<dyn LanceNamespace>,
     root: String,
-    locations: Mutex<HashMap<Vec<String>, String>>,
+    /// Table id -> location, with the version of the catalog's `__manifest` table it was read
+    /// at (0 when the root is not shared).
+    locations: Mutex<HashMap<Vec<String>, (String, u64)>>,
+    /// When other nodes share the root: the catalog's own table, whose latest version is
+    /// checked before a cached location is trusted (a drop, rename or re-create by another
+    /// node moves it on).
+    manifest: Option<Mutex<Option<Arc<lance::Dataset>>>>,
+    session: Arc<Session>,
+    storage_options: HashMap<String, String>,
     /// Namespaces known to exist (database namespaces are created on first use).
     known_namespaces: Mutex<HashSet<Vec<String>>>,
-    /// Serialises catalog changes made by batch-commit against each other and other writers.
-    pub(crate) commit_lock: tokio::sync::Mutex<()>,
+    /// Serialises catalog changes against each other, on every node sharing the root.
+    pub(crate) commit_lock: CatalogLock,
     /// batch-commit's intent records (`batch.rs`).
     intents: batch::Intents,
 }
 
 impl Catalog {
-    pub async fn open(root: &str, session: Arc<Session>) -> ApiResult<Self> {
+    pub async fn open(
+        root: &str,
+        session: Arc<Session>,
+        options: &HashMap<String, String>,
+        node: &str,
+        shared: bool,
+    ) -> ApiResult<Self> {
         // Manifest only: in dual mode a deregistered root-level table stays visible through
         // directory listing, so the `__manifest` table is the single source of truth.
         let ns = DirectoryNamespaceBuilder::new(root)
             .dir_listing_enabled(false)
             .session(session.clone())
+            .storage_options(options.clone())
             .build()
             .await
             .map_err(ApiError::from)?;
+        let state = Arc::new(RootStore::open(root, options, &session).await?);
         let catalog = Self {
             ns: Arc::new(ns),
             root: root.to_string(),
             locations: Mutex::default(),
+            manifest: shared.then(Default::default),
+            session: session.clone(),
+            storage_options: options.clone(),
             known_namespaces: Mutex::default(),
-            commit_lock: Default::default(),
-            intents: batch::Intents::open(root, &session).await?,
+            commit_lock: CatalogLock::new(state, node.to_string()),
+            intents: batch::Intents::open(root, &session, options).await?,
         };
-        // A batch-commit a killed process left half-done is settled before anyone uses this.
-        // If that fails the tenant still opens (one bad record must not lock it out); every
-        // batch-commit tries again first, and fails until it succeeds.
-        if let Err(e) = catalog.recover_batches().await {
-            tracing::error!(error = %e, root, "cannot settle an interrupted batch-commit");
+        // A batch-commit a killed process left half-done is settled before anyone uses this,
+        // unless another node holds the catalog lock (it may be in the middle of that batch;
+        // it settles or finishes it). If recovery fails the tenant still opens (one bad record
+        // must not lock it out); every batch-commit tries again first, and fails until it
+        // succeeds.
+        match catalog.commit_lock.try_lock().await {
+            Ok(Some(_guard)) => {
+                if let Err(e) = catalog.recover_batches().await {
+                    tracing::error!(error = %e, root, "cannot settle an interrupted batch-commit");
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, root, "cannot take the catalog lock to recover"),
         }
         Ok(catalog)
     }
@@ -71,8 +102,12 @@ impl Catalog {
         if id.is_empty() {
             return Err(ApiError::invalid("a table id is required"));
         }
-        if let Some(loc) = self.locations.lock().unwrap().get(id) {
-            return Ok(loc.clone());
+        let catalog_version = self.catalog_version().await?;
+        let cached = self.locations.lock().unwrap().get(id).cloned();
+        if let Some((loc, at)) = cached
+            && at == catalog_version
+        {
+            return Ok(loc);
         }
         // `describe_table` of a root-level table falls back to directory listing, which does not
         // see a deregistration; `table_exists` does.
@@ -100,8 +135,35 @@ impl Catalog {
         self.locations
             .lock()
             .unwrap()
-            .insert(id.to_vec(), location.clone());
+            .insert(id.to_vec(), (location.clone(), catalog_version));
         Ok(location)
+    }
+
+    /// The latest version of the catalog's `__manifest` table when the root is shared (every
+    /// catalog change on any node commits one), else 0. One version check, like the one every
+    /// request makes of its table.
+    async fn catalog_version(&self) -> ApiResult<u64> {
+        let Some(manifest) = &self.manifest else {
+            return Ok(0);
+        };
+        let opened = manifest.lock().unwrap().clone();
+        let ds = match opened {
+            Some(ds) => ds,
+            None => {
+                let uri = format!("{}/__manifest", self.root.trim_end_matches('/'));
+                let loaded = lance::dataset::builder::DatasetBuilder::from_uri(&uri)
+                    .with_session(self.session.clone())
+                    .with_storage_options(self.storage_options.clone())
+                    .load()
+                    .await;
+                // No catalog table yet: nothing is cached either.
+                let Ok(ds) = loaded else { return Ok(0) };
+                let ds = Arc::new(ds);
+                *manifest.lock().unwrap() = Some(ds.clone());
+                ds
+            }
+        };
+        ds.latest_version_id().await.map_err(ApiError::from)
     }
 
     /// Locations inside the root, as register wants them: relative to the root. Deregister
@@ -171,7 +233,7 @@ impl Catalog {
     /// a batch (`batch.rs`): undone if the second half fails or the process dies half-way, so
     /// the table is never lost or doubled.
     pub async fn rename_table(&self, from: &[String], to: &[String]) -> ApiResult<()> {
-        let _guard = self.commit_lock.lock().await;
+        let _guard = self.commit_lock.lock().await?;
         let location = self.locate(from).await?;
         if from == to {
             return Ok(());

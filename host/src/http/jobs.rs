@@ -64,7 +64,7 @@ pub async fn describe(
 ) -> ApiResult<Response> {
     Ok(reply(as_seen_by(
         &caller,
-        app.jobs.describe(caller.tenant(), job_id(&body)?)?,
+        app.jobs.describe(caller.tenant(), job_id(&body)?).await?,
     )))
 }
 
@@ -136,7 +136,10 @@ pub async fn list(
             ))
         })?),
     };
-    let rows = app.jobs.list(caller.tenant(), table.as_deref(), state);
+    let rows = app
+        .jobs
+        .list(caller.tenant(), table.as_deref(), state)
+        .await?;
     let (rows, next) = paginate(rows, limit, token.as_deref());
     let jobs: Vec<Value> = rows
         .into_iter()

@@ -28,6 +28,7 @@ mod table_versions;
 mod tables;
 mod transactions;
 mod upkeep;
+mod vend;
 mod versions;
 
 use std::sync::Arc;

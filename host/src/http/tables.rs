@@ -82,7 +82,7 @@ pub async fn create(
         properties,
         ..Default::default()
     };
-    let _guard = target.catalog.commit_lock.lock().await;
+    let _guard = target.catalog.commit_lock.lock().await?;
     let response = target
         .catalog
         .ns()
@@ -111,12 +111,21 @@ fn json_param(
     }
 }
 
-pub async fn declare(Model(target, request): Model<DeclareTableRequest>) -> ApiResult<Response> {
+pub async fn declare(
+    State(app): State<AppState>,
+    Model(target, request): Model<DeclareTableRequest>,
+) -> ApiResult<Response> {
     storable(&target.id)?;
-    let _guard = target.catalog.commit_lock.lock().await;
+    let vended = super::vend::storage_options(&app, request.vend_credentials)?;
+    let _guard = target.catalog.commit_lock.lock().await?;
     let response = target.catalog.ns().declare_table(request).await;
     target.catalog.invalidate(&target.id);
-    answer(response)
+    answer(response.map(|mut r| {
+        if let Some(options) = vended {
+            r.storage_options = Some(options);
+        }
+        r
+    }))
 }
 
 #[derive(Deserialize, Default, schemars::JsonSchema)]
@@ -136,8 +145,8 @@ pub struct DescribeBody {
     /// `is_only_declared` is always populated.
     #[allow(dead_code)]
     check_declared: Option<bool>,
-    /// A local data directory needs no credentials: `storage_options` stays empty.
-    #[allow(dead_code)]
+    /// Answer the storage options a client needs to read the table directly (only when the
+    /// server runs with `--vend-storage-options`; see `vend.rs`).
     vend_credentials: Option<bool>,
 }
 
@@ -148,6 +157,10 @@ pub async fn describe(
     JsonBody(body): JsonBody<DescribeBody>,
 ) -> ApiResult<Response> {
     target.check_body_id(&body.common.id)?;
+    let vend = body
+        .vend_credentials
+        .or(target.params.bool("vend_credentials")?);
+    let vended = super::vend::storage_options(&app, vend)?;
     let request = DescribeTableRequest {
         id: Some(target.id.clone()),
         load_detailed_metadata: Some(false),
@@ -188,7 +201,7 @@ pub async fn describe(
         "location": location,
         "table_uri": location,
         "properties": entry.properties.unwrap_or_default(),
-        "storage_options": entry.storage_options.unwrap_or_default(),
+        "storage_options": vended.or(entry.storage_options).unwrap_or_default(),
     });
     match app.store.read(&location, &at).await {
         Ok(ds) => {
@@ -258,7 +271,7 @@ pub async fn drop(
     Model(target, request): Model<DropTableRequest>,
 ) -> ApiResult<Response> {
     let location = target.catalog.locate(&target.id).await?;
-    let _guard = target.catalog.commit_lock.lock().await;
+    let _guard = target.catalog.commit_lock.lock().await?;
     let _writes = app.store.write_lock(&location, None).await;
     let response = match target.catalog.ns().drop_table(request).await {
         Ok(response) => response,
@@ -290,7 +303,7 @@ pub async fn deregister(
     State(app): State<AppState>,
     Model(target, request): Model<DeregisterTableRequest>,
 ) -> ApiResult<Response> {
-    let _guard = target.catalog.commit_lock.lock().await;
+    let _guard = target.catalog.commit_lock.lock().await?;
     let response = target
         .catalog
         .ns()
@@ -308,7 +321,7 @@ pub async fn register(
     Model(target, mut request): Model<RegisterTableRequest>,
 ) -> ApiResult<Response> {
     request.location = target.catalog.contained_location(&request.location)?;
-    let _guard = target.catalog.commit_lock.lock().await;
+    let _guard = target.catalog.commit_lock.lock().await?;
     let response = target.catalog.ns().register_table(request).await;
     target.catalog.invalidate(&target.id);
     answer(response)

@@ -110,7 +110,7 @@ pub async fn describe(
     JsonBody(_body): JsonBody<Value>,
 ) -> ApiResult<Response> {
     if id.starts_with("job-") {
-        let (status, properties) = app.jobs.transaction(caller.tenant(), &id)?;
+        let (status, properties) = app.jobs.transaction(caller.tenant(), &id).await?;
         return Ok(reply(json!({ "status": status, "properties": properties })));
     }
     Ok(reply(describe_write(&app, &caller, &id).await?))

@@ -37,7 +37,10 @@ pub async fn optimize(
         merge_segments: true,
         trigger: "request".into(),
     };
-    let job_id = app.jobs.submit_optimize(&app, tenant, location, spec)?;
+    let job_id = app
+        .jobs
+        .submit_optimize(&app, tenant, location, spec)
+        .await?;
     Ok(reply(json!({ "job_id": job_id, "job_type": "optimize" })))
 }
 

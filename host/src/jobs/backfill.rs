@@ -87,8 +87,12 @@ pub(super) async fn prepare(
 pub(super) async fn run(app: Arc<App>, job: Arc<Job>) {
     let (a, j) = (app.clone(), job.clone());
     let outcome = job.run_caught(async move { drive(&a, &j).await }).await;
-    job.finish(outcome, result_of);
-    job.dir.remove_all_checkpoints();
+    job.finish(outcome, result_of).await;
+    if !job.lost.load(Ordering::Relaxed)
+        && let Err(e) = job.dir.remove_all_checkpoints().await
+    {
+        tracing::warn!(error = %e, "cannot remove a finished job's checkpoints");
+    }
 }
 
 fn result_of(r: &super::state::JobRecord) -> serde_json::Value {
@@ -184,10 +188,10 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
     });
     if record.plan.is_none() {
         let plan = plan(&ctx).await.map_err(|e| failed("plan", e.message))?;
-        job.update(|r| r.plan = Some(plan))?;
+        job.update(|r| r.plan = Some(plan.clone())).await?;
     }
     let plan = job.snapshot().plan.expect("planned above");
-    let ckpts = job.dir.checkpoints();
+    let ckpts = job.dir.checkpoints().await?;
 
     // Progress so far, from what is durable.
     let mut done = 0;
@@ -242,9 +246,10 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
                     },
                 );
             }
-        })?;
+        })
+        .await?;
         for (id, ..) in &landed {
-            job.dir.remove_checkpoints(*id);
+            job.dir.remove_checkpoints(*id).await?;
         }
     }
 
@@ -559,9 +564,7 @@ async fn flush(
     }
     let values = std::mem::take(buffer);
     let (dir, ckpt, field) = (ctx.job.dir.clone(), *pending, ctx.field.clone());
-    tokio::task::spawn_blocking(move || dir.write_checkpoint(&ckpt, &field, values))
-        .await
-        .map_err(|e| ApiError::internal(format!("checkpoint writer crashed: {e}")))??;
+    dir.write_checkpoint(&ckpt, &field, values).await?;
     *pending = Checkpoint {
         fragment: pending.fragment,
         start: pending.end,
@@ -581,7 +584,7 @@ async fn stage(ctx: &Arc<Ctx>, id: u64) -> Result<(), Stop> {
         .and_then(|p| p.fragments.iter().find(|f| f.id == id))
         .cloned()
         .ok_or_else(|| failed("stage", format!("fragment {id} is not in the plan")))?;
-    let (chain, end) = covered(&ctx.job.dir.checkpoints(), id, 0, frag.physical_rows);
+    let (chain, end) = covered(&ctx.job.dir.checkpoints().await?, id, 0, frag.physical_rows);
     if end != frag.physical_rows {
         return Err(failed(
             "stage",
@@ -594,10 +597,11 @@ async fn stage(ctx: &Arc<Ctx>, id: u64) -> Result<(), Stop> {
     let nulled = chain.iter().map(|c| c.nulled).sum();
     let dir = ctx.job.dir.clone();
     let batches = futures::stream::iter(chain)
-        .map(move |c| {
-            dir.read_checkpoint(&c)
-                .map(|batches| futures::stream::iter(batches.into_iter().map(Ok)))
+        .then(move |c| {
+            let dir = dir.clone();
+            async move { dir.read_checkpoint(&c).await }
         })
+        .map_ok(|batches| futures::stream::iter(batches.into_iter().map(Ok)))
         .try_flatten();
     let file = ctx
         .source
@@ -605,7 +609,14 @@ async fn stage(ctx: &Arc<Ctx>, id: u64) -> Result<(), Stop> {
         .await
         .map_err(|e| failed("stage", format!("fragment {id}: {}", e.message)))?;
     ctx.job
-        .update(|r| set_status(r, id, FragmentStatus::Staged { file, nulled }))?;
+        .update(|r| {
+            let staged = FragmentStatus::Staged {
+                file: file.clone(),
+                nulled,
+            };
+            set_status(r, id, staged)
+        })
+        .await?;
     Ok(())
 }
 
@@ -645,21 +656,23 @@ async fn commit(ctx: &Arc<Ctx>, group: &[u64]) -> Result<(), Stop> {
         .await
     {
         Ok(version) => {
-            ctx.job.update(|r| {
-                r.commits += 1;
-                for (id, _, nulled) in &files {
-                    set_status(
-                        r,
-                        *id,
-                        FragmentStatus::Committed {
-                            version,
-                            nulled: *nulled,
-                        },
-                    );
-                }
-            })?;
+            ctx.job
+                .update(|r| {
+                    r.commits += 1;
+                    for (id, _, nulled) in &files {
+                        set_status(
+                            r,
+                            *id,
+                            FragmentStatus::Committed {
+                                version,
+                                nulled: *nulled,
+                            },
+                        );
+                    }
+                })
+                .await?;
             for (id, ..) in &files {
-                ctx.job.dir.remove_checkpoints(*id);
+                ctx.job.dir.remove_checkpoints(*id).await?;
             }
             Ok(())
         }
@@ -685,16 +698,18 @@ async fn commit(ctx: &Arc<Ctx>, group: &[u64]) -> Result<(), Stop> {
                 .progress
                 .rows_nulled
                 .fetch_sub(nulled, Ordering::Relaxed);
-            ctx.job.update(|r| {
-                set_status(
-                    r,
-                    id,
-                    FragmentStatus::Skipped {
-                        reason: format!("changed concurrently; not written: {}", e.message),
-                    },
-                )
-            })?;
-            ctx.job.dir.remove_checkpoints(id);
+            ctx.job
+                .update(|r| {
+                    set_status(
+                        r,
+                        id,
+                        FragmentStatus::Skipped {
+                            reason: format!("changed concurrently; not written: {}", e.message),
+                        },
+                    )
+                })
+                .await?;
+            ctx.job.dir.remove_checkpoints(id).await?;
             Ok(())
         }
         Err(e) => Err(failed("commit", e.message)),

@@ -5,13 +5,13 @@
 
 mod backfill;
 pub mod optimize;
+mod ownership;
 pub mod spec;
 pub mod state;
 pub mod transaction;
 pub mod watch;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 
 use crate::App;
 use crate::error::{ApiError, ApiResult};
+use crate::root::{Lease, RootStore};
 use crate::store::At;
 use optimize::{OPTIMIZE, OptimizeSpec};
 use spec::{BackfillOptions, BackfillSpec, JobSpec};
@@ -37,9 +38,16 @@ struct Progress {
 
 pub struct Job {
     dir: JobDir,
+    /// The record as last read or written by this node.
     record: Mutex<JobRecord>,
     progress: Progress,
     cancel: AtomicBool,
+    /// The generation of the lease this node runs the job under (0: it does not run it).
+    generation: AtomicU64,
+    /// Set when this node lost the job's lease: its runner stops and records nothing more.
+    lost: AtomicBool,
+    /// This node's record writes, one at a time.
+    writing: tokio::sync::Mutex<()>,
 }
 
 fn now_ms() -> i64 {
@@ -62,15 +70,48 @@ impl Job {
         self.record.lock().unwrap().clone()
     }
 
-    /// Change the record and make the change durable before anything depends on it.
-    fn update(&self, change: impl FnOnce(&mut JobRecord)) -> ApiResult<()> {
-        let mut r = self.record.lock().unwrap();
-        change(&mut r);
-        self.dir.save(&r)
+    fn new(dir: JobDir, record: JobRecord) -> Self {
+        Self {
+            dir,
+            cancel: AtomicBool::new(record.cancel_requested),
+            record: Mutex::new(record),
+            progress: Progress::default(),
+            generation: AtomicU64::new(0),
+            lost: AtomicBool::new(false),
+            writing: Default::default(),
+        }
+    }
+
+    /// Change the record and make the change durable before anything depends on it. The
+    /// record is read back and changed with a conditional write, so changes from other nodes
+    /// (a cancel, properties) are never overwritten. The node running the job checks it still
+    /// owns it: after a takeover it finds a newer lease generation and stops.
+    async fn update(&self, change: impl Fn(&mut JobRecord)) -> ApiResult<()> {
+        let _writing = self.writing.lock().await;
+        let generation = self.generation.load(Ordering::Relaxed);
+        loop {
+            let (mut fresh, version) = self.dir.load_versioned().await?;
+            if generation != 0 && fresh.owner_generation != generation {
+                self.lost.store(true, Ordering::Relaxed);
+                return Err(ApiError::conflict(format!(
+                    "job {} was taken over by node {}",
+                    fresh.job_id,
+                    fresh.owner.as_deref().unwrap_or("?")
+                )));
+            }
+            change(&mut fresh);
+            if self.dir.replace(&fresh, &version).await? {
+                if fresh.cancel_requested {
+                    self.cancel.store(true, Ordering::Relaxed);
+                }
+                *self.record.lock().unwrap() = fresh;
+                return Ok(());
+            }
+        }
     }
 
     fn cancelled(&self) -> bool {
-        self.cancel.load(Ordering::Relaxed)
+        self.cancel.load(Ordering::Relaxed) || self.lost.load(Ordering::Relaxed)
     }
 
     /// The describe answer: the shape the lancedb SDK polls, plus `progress`.
@@ -136,8 +177,21 @@ impl Job {
             ),
             None => (0, 0, 0),
         };
+        // A node that does not run the job has no live counter: what is durable.
+        let durable_rows: u64 = r
+            .plan
+            .iter()
+            .flat_map(|p| &p.fragments)
+            .filter(|f| {
+                matches!(
+                    f.status,
+                    FragmentStatus::Staged { .. } | FragmentStatus::Committed { .. }
+                )
+            })
+            .map(|f| f.selected_rows)
+            .sum();
         json!({
-            "rows_done": self.progress.rows_done.load(Ordering::Relaxed),
+            "rows_done": self.progress.rows_done.load(Ordering::Relaxed).max(durable_rows),
             "rows_total": rows_total,
             "rows_nulled": self.progress.rows_nulled.load(Ordering::Relaxed),
             "fragments_done": fragments_done,
@@ -183,22 +237,29 @@ impl Job {
         })
     }
 
-    /// Record how the job ended (durably); `result` makes a finished job's result.
-    fn finish(&self, outcome: Result<(), Stop>, result: impl FnOnce(&JobRecord) -> Value) {
-        let saved = self.update(|r| {
-            r.finish_ms = Some(now_ms());
-            match outcome {
-                Ok(()) => {
-                    r.state = JobState::Done;
-                    r.result = Some(result(r));
+    /// Record how the job ended (durably); `result` makes a finished job's result. A node
+    /// that lost the job records nothing: the job is the new owner's.
+    async fn finish(&self, outcome: Result<(), Stop>, result: impl Fn(&JobRecord) -> Value) {
+        if self.lost.load(Ordering::Relaxed) {
+            tracing::warn!(job_id = %self.snapshot().job_id, "stopped a job another node took over");
+            return;
+        }
+        let saved = self
+            .update(|r| {
+                r.finish_ms = Some(now_ms());
+                match &outcome {
+                    Ok(()) => {
+                        r.state = JobState::Done;
+                        r.result = Some(result(r));
+                    }
+                    Err(Stop::Cancelled) => r.state = JobState::Cancelled,
+                    Err(Stop::Failed(f)) => {
+                        r.state = JobState::Failed;
+                        r.failure = Some(f.clone());
+                    }
                 }
-                Err(Stop::Cancelled) => r.state = JobState::Cancelled,
-                Err(Stop::Failed(f)) => {
-                    r.state = JobState::Failed;
-                    r.failure = Some(f);
-                }
-            }
-        });
+            })
+            .await;
         let r = self.snapshot();
         if let Err(e) = saved {
             tracing::error!(job_id = %r.job_id, error = %e, "could not record the end of a job");
@@ -208,42 +269,30 @@ impl Job {
 }
 
 pub struct JobManager {
-    root: PathBuf,
+    root: Arc<RootStore>,
+    /// This node's name in job leases.
+    node: String,
+    lease_ttl: Duration,
+    /// Jobs this node runs or has run, by id.
     jobs: Mutex<BTreeMap<String, Arc<Job>>>,
+    /// Records of finished jobs read from the root (a finished record no longer changes but
+    /// for its properties, which this node then rewrites here too).
+    finished: Mutex<BTreeMap<String, JobRecord>>,
     /// Upkeep jobs running at once (the rest wait their turn).
     upkeep_slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl JobManager {
-    /// Load every job recorded under `root` (unreadable records are logged and skipped).
-    pub fn open(root: PathBuf) -> std::io::Result<Self> {
-        std::fs::create_dir_all(&root)?;
-        let mut jobs = BTreeMap::new();
-        for entry in std::fs::read_dir(&root)?.flatten() {
-            if !entry.path().is_dir() {
-                continue;
-            }
-            let dir = JobDir::new(entry.path());
-            match dir.load() {
-                Ok(record) => {
-                    let job = Job {
-                        dir,
-                        cancel: AtomicBool::new(record.cancel_requested),
-                        record: Mutex::new(record.clone()),
-                        progress: Progress::default(),
-                    };
-                    jobs.insert(record.job_id.clone(), Arc::new(job));
-                }
-                Err(e) => {
-                    tracing::warn!(path = %entry.path().display(), error = %e, "skipping job")
-                }
-            }
-        }
-        Ok(Self {
+    /// Jobs are recorded under `<root>/_jobs`; nothing is read until [`Self::resume_all`].
+    pub fn open(root: Arc<RootStore>, node: String, lease_ttl: Duration) -> Self {
+        Self {
             root,
-            jobs: Mutex::new(jobs),
+            node,
+            lease_ttl: lease_ttl.max(Duration::from_secs(1)),
+            jobs: Default::default(),
+            finished: Default::default(),
             upkeep_slots: Arc::new(tokio::sync::Semaphore::new(1)),
-        })
+        }
     }
 
     /// How many upkeep jobs may run at once (at least one).
@@ -252,43 +301,107 @@ impl JobManager {
         self
     }
 
-    pub fn root(&self) -> &std::path::Path {
-        &self.root
-    }
-
-    /// How many jobs there are of each (type, state, tenant), for metrics.
+    /// How many jobs there are of each (type, state, tenant), for metrics: those this node
+    /// runs or ran, and the finished ones its scans of the root found.
     pub fn counts(&self) -> BTreeMap<(String, JobState, String), u64> {
-        let mut counts = BTreeMap::new();
+        let mut records: BTreeMap<String, (String, JobState, String)> = self
+            .finished
+            .lock()
+            .unwrap()
+            .values()
+            .map(|r| {
+                (
+                    r.job_id.clone(),
+                    (r.job_type.clone(), r.state, r.tenant.clone()),
+                )
+            })
+            .collect();
         for job in self.jobs.lock().unwrap().values() {
             let r = job.snapshot();
-            *counts.entry((r.job_type, r.state, r.tenant)).or_default() += 1;
+            records.insert(r.job_id, (r.job_type, r.state, r.tenant));
+        }
+        let mut counts = BTreeMap::new();
+        for key in records.into_values() {
+            *counts.entry(key).or_default() += 1;
         }
         counts
     }
 
-    /// Restart every job a previous process left IN_PROGRESS.
+    /// Start adopting unfinished jobs: at once (those a previous process of this node left),
+    /// then every third of the lease TTL (those whose node stopped renewing their lease).
     pub fn resume_all(&self, app: &Arc<App>) {
-        let unfinished: Vec<Arc<Job>> = self
-            .jobs
-            .lock()
-            .unwrap()
-            .values()
-            .filter(|j| j.snapshot().state == JobState::InProgress)
-            .cloned()
-            .collect();
-        for job in unfinished {
-            let r = job.snapshot();
-            tracing::info!(job_id = %r.job_id, job_type = %r.job_type, "resuming job");
-            match r.spec {
-                JobSpec::Backfill(_) => tokio::spawn(backfill::run(app.clone(), job)),
-                JobSpec::Optimize(_) => tokio::spawn(optimize::run(app.clone(), job)),
-            };
-        }
+        let app = app.clone();
+        tokio::spawn(async move {
+            let every = app.jobs.lease_ttl / 3;
+            loop {
+                if let Err(e) = ownership::adopt_orphans(&app).await {
+                    tracing::warn!(error = %e, "cannot look for jobs to resume");
+                }
+                tokio::time::sleep(every).await;
+            }
+        });
     }
 
-    fn get(&self, tenant: &str, job_id: &str) -> ApiResult<Arc<Job>> {
-        let job = self.jobs.lock().unwrap().get(job_id).cloned();
-        match job {
+    /// Ids of every job recorded under the root.
+    async fn job_ids(&self) -> ApiResult<Vec<String>> {
+        let keys = self.root.list(state::JOBS).await?;
+        let mut ids: Vec<String> = keys
+            .iter()
+            .filter_map(|k| k.strip_prefix(state::JOBS)?.strip_prefix('/'))
+            .filter_map(|k| k.strip_suffix("/job.json"))
+            .filter(|id| !id.contains('/'))
+            .map(str::to_string)
+            .collect();
+        ids.sort();
+        Ok(ids)
+    }
+
+    /// The job as this node knows it: its own live job, else the record on the root (`None`
+    /// when there is no such record).
+    async fn view(&self, job_id: &str) -> ApiResult<Option<Arc<Job>>> {
+        if let Some(job) = self.jobs.lock().unwrap().get(job_id).cloned()
+            && (job.generation.load(Ordering::Relaxed) != 0 || job.snapshot().state.is_terminal())
+            && !job.lost.load(Ordering::Relaxed)
+        {
+            return Ok(Some(job));
+        }
+        if let Some(r) = self.finished.lock().unwrap().get(job_id).cloned() {
+            return Ok(Some(Arc::new(Job::new(self.dir(job_id), r))));
+        }
+        let dir = self.dir(job_id);
+        let record = match dir.load().await {
+            Ok(r) => r,
+            Err(e) => {
+                let key = format!("{}/{job_id}/job.json", state::JOBS);
+                if self.root.head(&key).await?.is_none() {
+                    return Ok(None);
+                }
+                return Err(e);
+            }
+        };
+        if record.state.is_terminal() {
+            self.finished
+                .lock()
+                .unwrap()
+                .insert(job_id.to_string(), record.clone());
+        }
+        Ok(Some(Arc::new(Job::new(dir, record))))
+    }
+
+    fn dir(&self, job_id: &str) -> JobDir {
+        JobDir::new(self.root.clone(), job_id)
+    }
+
+    async fn get(&self, tenant: &str, job_id: &str) -> ApiResult<Arc<Job>> {
+        // Ids are ours (`job-<millis>-<hex>`); anything else names no job (and no object).
+        let well_formed = !job_id.is_empty()
+            && job_id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !well_formed {
+            return Err(job_not_found(job_id));
+        }
+        match self.view(job_id).await? {
             Some(j) if j.snapshot().tenant == tenant => Ok(j),
             _ => Err(job_not_found(job_id)),
         }
@@ -309,55 +422,51 @@ impl JobManager {
         let spec = options.check(table_id, branch, latest.version().version)?;
         crate::field_path::parse(&spec.column)?;
         backfill::prepare(app, &location, &spec).await?;
-        let creation_ms = now_ms();
-        let job_id = format!(
-            "job-{creation_ms:013}-{}",
-            &uuid::Uuid::new_v4().simple().to_string()[..8]
-        );
+        let job_id = new_job_id();
         let column = spec.column.clone();
         let record = new_record(&job_id, BACKFILL, tenant, location, JobSpec::Backfill(spec));
-        let job = self.insert_unless(record, |other| {
-            other
-                .spec
-                .backfill()
-                .is_some_and(|s| s.column == column)
-                .then(|| {
-                    format!(
-                        "column '{column}' already has a backfill in progress (job {})",
-                        other.job_id
-                    )
-                })
-        })?;
-        tokio::spawn(backfill::run(app.clone(), job));
+        let (job, lease) = self
+            .insert_unless(record, |other| {
+                other
+                    .spec
+                    .backfill()
+                    .is_some_and(|s| s.column == column)
+                    .then(|| {
+                        format!(
+                            "column '{column}' already has a backfill in progress (job {})",
+                            other.job_id
+                        )
+                    })
+            })
+            .await?;
+        ownership::start(app, job, lease);
         Ok(job_id)
     }
 
     /// Record an upkeep job and start it (it waits for an upkeep slot). One upkeep job per
     /// (table, branch) at a time: another is refused (409) while one is in progress.
-    pub fn submit_optimize(
+    pub async fn submit_optimize(
         &self,
         app: &Arc<App>,
         tenant: &str,
         location: String,
         spec: OptimizeSpec,
     ) -> ApiResult<String> {
-        let job_id = format!(
-            "job-{:013}-{}",
-            now_ms(),
-            &uuid::Uuid::new_v4().simple().to_string()[..8]
-        );
+        let job_id = new_job_id();
         let trigger_is_policy = spec.trigger == "policy";
         let (location_of_job, branch_of_job) = (location.clone(), spec.branch.clone());
         let record = new_record(&job_id, OPTIMIZE, tenant, location, JobSpec::Optimize(spec));
-        let job = self.insert_unless(record, |other| {
-            matches!(other.spec, JobSpec::Optimize(_)).then(|| {
-                format!(
-                    "the table already has an upkeep job in progress (job {})",
-                    other.job_id
-                )
+        let (job, lease) = self
+            .insert_unless(record, |other| {
+                matches!(other.spec, JobSpec::Optimize(_)).then(|| {
+                    format!(
+                        "the table already has an upkeep job in progress (job {})",
+                        other.job_id
+                    )
+                })
             })
-        })?;
-        tokio::spawn(optimize::run(app.clone(), job));
+            .await?;
+        ownership::start(app, job, lease);
         if trigger_is_policy {
             self.prune_policy_jobs(&location_of_job, branch_of_job.as_deref());
         }
@@ -386,41 +495,81 @@ impl JobManager {
         let excess = finished.len().saturating_sub(KEEP_POLICY_JOBS);
         for id in &finished[..excess] {
             if let Some(job) = jobs.remove(id) {
-                job.dir.remove();
+                self.finished.lock().unwrap().remove(id);
+                tokio::spawn(async move {
+                    if let Err(e) = job.dir.remove().await {
+                        tracing::warn!(error = %e, "cannot remove a finished upkeep job");
+                    }
+                });
             }
         }
     }
 
+    /// Every unfinished job recorded under the root.
+    async fn unfinished(&self) -> ApiResult<Vec<JobRecord>> {
+        let mut out = Vec::new();
+        for id in self.job_ids().await? {
+            if self.finished.lock().unwrap().contains_key(&id) {
+                continue;
+            }
+            match self.view(&id).await {
+                Ok(Some(job)) => {
+                    let r = job.snapshot();
+                    if !r.state.is_terminal() {
+                        out.push(r);
+                    }
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(job_id = %id, error = %e, "skipping an unreadable job"),
+            }
+        }
+        Ok(out)
+    }
+
     /// Make `record` durable and known, unless `conflict` names a reason against it among the
-    /// jobs in progress on the same (table, branch).
-    fn insert_unless(
+    /// jobs in progress on the same (table, branch), on any node. The job's lease is taken
+    /// before its record is written, so no other node adopts it in between.
+    async fn insert_unless(
         &self,
-        record: JobRecord,
+        mut record: JobRecord,
         conflict: impl Fn(&JobRecord) -> Option<String>,
-    ) -> ApiResult<Arc<Job>> {
-        let job = Arc::new(Job {
-            dir: JobDir::new(self.root.join(&record.job_id)),
-            record: Mutex::new(record.clone()),
-            progress: Progress::default(),
-            cancel: AtomicBool::new(false),
-        });
-        let mut jobs = self.jobs.lock().unwrap();
-        for other in jobs.values() {
-            let o = other.snapshot();
-            if o.state == JobState::InProgress
-                && o.location == record.location
+    ) -> ApiResult<(Arc<Job>, Lease)> {
+        for o in self.unfinished().await? {
+            if o.location == record.location
                 && o.spec.branch() == record.spec.branch()
                 && let Some(why) = conflict(&o)
             {
                 return Err(ApiError::conflict(why));
             }
         }
-        job.dir.save(&record)?;
-        jobs.insert(record.job_id.clone(), job.clone());
-        Ok(job)
+        let dir = self.dir(&record.job_id);
+        let lease = Lease::try_acquire(&self.root, &dir.lease_key(), &self.node, self.lease_ttl)
+            .await?
+            .ok_or_else(|| ApiError::internal("a new job's lease is taken"))?;
+        record.owner = Some(self.node.clone());
+        record.owner_generation = lease.generation;
+        let job = Arc::new(Job::new(dir.clone(), record.clone()));
+        job.generation.store(lease.generation, Ordering::Relaxed);
+        // Known as running here before its record exists, so the orphan scan of this very
+        // node (which may take a lease it holds itself) never adopts it a second time.
+        self.jobs
+            .lock()
+            .unwrap()
+            .insert(record.job_id.clone(), job.clone());
+        let created = dir.create(&record).await;
+        if !matches!(created, Ok(true)) {
+            self.jobs.lock().unwrap().remove(&record.job_id);
+            lease.release(&self.root).await;
+            created?;
+            return Err(ApiError::internal(format!(
+                "job id {} is taken",
+                record.job_id
+            )));
+        }
+        Ok((job, lease))
     }
 
-    /// Whether any job is in progress on (table, branch): the upkeep policy leaves such a
+    /// Whether this node runs a job on (table, branch): the upkeep policy leaves such a
     /// table alone (a compaction would make a running backfill skip the fragments it rewrote).
     pub fn busy(&self, location: &str, branch: Option<&str>) -> bool {
         self.jobs.lock().unwrap().values().any(|j| {
@@ -429,7 +578,8 @@ impl JobManager {
         })
     }
 
-    /// Whether an upkeep job is running the index phase on a table (index/list's `status`).
+    /// Whether an upkeep job of this node is running the index phase on a table
+    /// (index/list's `status`).
     pub fn indexing(&self, location: &str, branch: Option<&str>) -> bool {
         self.jobs.lock().unwrap().values().any(|j| {
             let r = j.snapshot();
@@ -442,33 +592,44 @@ impl JobManager {
         })
     }
 
-    pub fn describe(&self, tenant: &str, job_id: &str) -> ApiResult<Value> {
-        Ok(self.get(tenant, job_id)?.describe())
+    pub async fn describe(&self, tenant: &str, job_id: &str) -> ApiResult<Value> {
+        Ok(self.get(tenant, job_id).await?.describe())
     }
 
-    /// A tenant's jobs as (job_id, row), optionally only those of one table and/or state.
-    pub fn list(
+    /// A tenant's jobs as (job_id, row), optionally only those of one table and/or state, as
+    /// recorded under the root (so every node answers the same).
+    pub async fn list(
         &self,
         tenant: &str,
         table: Option<&[String]>,
         state: Option<JobState>,
-    ) -> Vec<(String, Value)> {
-        let jobs: Vec<Arc<Job>> = self.jobs.lock().unwrap().values().cloned().collect();
-        jobs.into_iter()
-            .filter_map(|j| {
-                let r = j.snapshot();
-                let keep = r.tenant == tenant
-                    && table.is_none_or(|t| t == r.spec.table_id())
-                    && state.is_none_or(|s| s == r.state);
-                keep.then(|| (r.job_id.clone(), j.list_row()))
-            })
-            .collect()
+    ) -> ApiResult<Vec<(String, Value)>> {
+        let mut rows = Vec::new();
+        for id in self.job_ids().await? {
+            let job = match self.view(&id).await {
+                Ok(Some(j)) => j,
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::warn!(job_id = %id, error = %e, "skipping an unreadable job");
+                    continue;
+                }
+            };
+            let r = job.snapshot();
+            let keep = r.tenant == tenant
+                && table.is_none_or(|t| t == r.spec.table_id())
+                && state.is_none_or(|s| s == r.state);
+            if keep {
+                rows.push((r.job_id.clone(), job.list_row()));
+            }
+        }
+        Ok(rows)
     }
 
     /// Ask a job to stop and wait (briefly) until it has: work already committed stays,
-    /// staged files are never committed. A finished job cannot be cancelled (409).
+    /// staged files are never committed. A finished job cannot be cancelled (409). The
+    /// request is recorded; the node running the job sees it within a lease renewal.
     pub async fn cancel(&self, tenant: &str, job_id: &str) -> ApiResult<Value> {
-        let job = self.get(tenant, job_id)?;
+        let job = self.get(tenant, job_id).await?;
         let state = job.snapshot().state;
         if state.is_terminal() {
             return Err(ApiError::new(
@@ -477,13 +638,24 @@ impl JobManager {
             ));
         }
         job.cancel.store(true, Ordering::Relaxed);
-        job.update(|r| r.cancel_requested = true)?;
+        job.update(|r| r.cancel_requested = true).await?;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while !job.snapshot().state.is_terminal() && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        loop {
+            let job = self.get(tenant, job_id).await?;
+            if job.snapshot().state.is_terminal() || tokio::time::Instant::now() >= deadline {
+                return Ok(job.describe());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        Ok(job.describe())
     }
+}
+
+fn new_job_id() -> String {
+    format!(
+        "job-{:013}-{}",
+        now_ms(),
+        &uuid::Uuid::new_v4().simple().to_string()[..8]
+    )
 }
 
 fn new_record(
@@ -508,6 +680,8 @@ fn new_record(
         failure: None,
         result: None,
         cancel_requested: false,
+        owner: None,
+        owner_generation: 0,
         properties: Default::default(),
     }
 }

@@ -200,7 +200,7 @@ pub(super) async fn run(app: Arc<App>, job: Arc<Job>) {
     let (a, j) = (app.clone(), job.clone());
     let outcome = job.run_caught(async move { drive(&a, &j).await }).await;
     drop(permit);
-    job.finish(outcome, |r| json!(r.steps));
+    job.finish(outcome, |r| json!(r.steps)).await;
 }
 
 async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
@@ -233,8 +233,9 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
             _ = cancelled(job) => return Err(Stop::Cancelled),
         };
         job.update(|r| {
-            r.steps.insert(phase.name().to_string(), result);
+            r.steps.insert(phase.name().to_string(), result.clone());
         })
+        .await
         .map_err(|e| failed(phase, e))?;
     }
     Ok(())

@@ -1,10 +1,9 @@
-//! Durable job state under `<jobs dir>/<job_id>/`: `job.json` (the record: spec, plan,
-//! per-fragment status, outcome) and `ckpt/` (computed values not yet committed, one Arrow IPC
-//! file per range of physical rows). Every file is written to a temporary name, fsynced and
-//! renamed, so a crash leaves either the old or the new content, never a torn file.
+//! Durable job state under `<data root>/_jobs/<job_id>/`: `job.json` (the record: spec, plan,
+//! per-fragment status, owner, outcome), `ckpt/` (computed values not yet committed, one Arrow
+//! IPC object per range of physical rows) and `lease` (which node runs the job). Objects are
+//! written whole (a local root writes a temporary file and renames it), so a crash leaves the
+//! old or the new content, never a torn one; like lance's own commits they are not fsynced.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch};
@@ -15,7 +14,11 @@ use serde_json::Value;
 
 use super::spec::JobSpec;
 use crate::error::{ApiError, ApiResult};
+use crate::root::{RootStore, Version};
 use crate::store::StagedFile;
+
+/// Where job records live under the data root.
+pub const JOBS: &str = "_jobs";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -107,166 +110,176 @@ pub struct JobRecord {
     /// Set by cancel; a job found IN_PROGRESS with this set at start-up is not resumed.
     #[serde(default)]
     pub cancel_requested: bool,
+    /// The node running the job and the generation of its lease: a node that lost the lease
+    /// (it stalled past the TTL and another took over) finds a newer generation here and
+    /// stops instead of writing over the new owner's progress.
+    #[serde(default)]
+    pub owner: Option<String>,
+    #[serde(default)]
+    pub owner_generation: u64,
     /// Properties a client set through `/v1/transaction/{id}/alter`.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub properties: std::collections::BTreeMap<String, String>,
 }
 
-/// Write `bytes` to `path` atomically and durably.
-pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    write_atomically_with(path, |f| f.write_all(bytes))
-}
-
-/// Write a file atomically and durably, its content written by `fill` (so large content need
-/// not sit in memory first).
-pub fn write_atomically_with(
-    path: &Path,
-    fill: impl FnOnce(&mut std::fs::File) -> std::io::Result<()>,
-) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("file"),
-        uuid::Uuid::new_v4().simple()
-    ));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        fill(&mut f)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)?;
-        // The rename itself must survive a crash too.
-        std::fs::File::open(dir)?.sync_all()
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
-}
-
-fn io_error(what: &str, path: &Path, e: std::io::Error) -> ApiError {
-    ApiError::internal(format!("{what} {}: {e}", path.display()))
-}
-
-/// One job's directory.
-#[derive(Debug, Clone)]
+/// One job's objects under the data root: `_jobs/<job_id>/job.json`, `ckpt/*`, `lease`.
+#[derive(Clone)]
 pub struct JobDir {
-    root: PathBuf,
+    root: Arc<RootStore>,
+    prefix: String,
+}
+
+fn encode(record: &JobRecord) -> ApiResult<Vec<u8>> {
+    serde_json::to_vec_pretty(record)
+        .map_err(|e| ApiError::internal(format!("encoding job record: {e}")))
 }
 
 impl JobDir {
-    pub fn new(root: PathBuf) -> Self {
-        Self { root }
+    pub fn new(root: Arc<RootStore>, job_id: &str) -> Self {
+        Self {
+            root,
+            prefix: format!("{JOBS}/{job_id}"),
+        }
     }
 
-    fn record_path(&self) -> PathBuf {
-        self.root.join("job.json")
+    pub fn root(&self) -> &Arc<RootStore> {
+        &self.root
     }
 
-    pub fn checkpoint_dir(&self) -> PathBuf {
-        self.root.join("ckpt")
+    fn record_key(&self) -> String {
+        format!("{}/job.json", self.prefix)
     }
 
-    pub fn save(&self, record: &JobRecord) -> ApiResult<()> {
-        let bytes = serde_json::to_vec_pretty(record)
-            .map_err(|e| ApiError::internal(format!("encoding job record: {e}")))?;
-        let path = self.record_path();
-        write_atomically(&path, &bytes).map_err(|e| io_error("writing", &path, e))
+    pub fn lease_key(&self) -> String {
+        format!("{}/lease", self.prefix)
     }
 
-    pub fn load(&self) -> ApiResult<JobRecord> {
-        let path = self.record_path();
-        let bytes = std::fs::read(&path).map_err(|e| io_error("reading", &path, e))?;
-        serde_json::from_slice(&bytes).map_err(|e| {
-            ApiError::internal(format!("job record {} is corrupt: {e}", path.display()))
-        })
+    fn checkpoint_key(&self, ckpt: &Checkpoint) -> String {
+        format!("{}/ckpt/{}", self.prefix, ckpt.file_name())
+    }
+
+    /// Record a new job; false when a record with its id exists already.
+    pub async fn create(&self, record: &JobRecord) -> ApiResult<bool> {
+        Ok(self
+            .root
+            .create(&self.record_key(), encode(record)?)
+            .await?
+            .is_some())
+    }
+
+    pub async fn load(&self) -> ApiResult<JobRecord> {
+        Ok(self.load_versioned().await?.0)
+    }
+
+    pub async fn load_versioned(&self) -> ApiResult<(JobRecord, Version)> {
+        let key = self.record_key();
+        let found = self
+            .root
+            .get(&key)
+            .await?
+            .ok_or_else(|| ApiError::internal(format!("job record {key} is missing")))?;
+        let record = serde_json::from_slice(&found.bytes)
+            .map_err(|e| ApiError::internal(format!("job record {key} is corrupt: {e}")))?;
+        Ok((record, found.version))
+    }
+
+    /// Write the record only if nobody changed it since `expected`; false when someone did.
+    pub async fn replace(&self, record: &JobRecord, expected: &Version) -> ApiResult<bool> {
+        Ok(self
+            .root
+            .replace(&self.record_key(), encode(record)?, expected)
+            .await?
+            .is_some())
     }
 
     /// Computed values for physical rows `start..end` of a fragment (`values` together have
     /// end-start rows: new values for selected rows, current ones for the others). Each array
-    /// is one IPC batch, encoded straight to the file: no concatenated copy, no in-memory file.
-    pub fn write_checkpoint(
+    /// is one IPC batch.
+    pub async fn write_checkpoint(
         &self,
         ckpt: &Checkpoint,
         field: &Field,
         values: Vec<ArrayRef>,
     ) -> ApiResult<()> {
         let schema = Arc::new(Schema::new(vec![field.clone()]));
-        let batches = values
-            .into_iter()
-            .map(|v| RecordBatch::try_new(schema.clone(), vec![v]))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(ApiError::from)?;
-        let path = self.checkpoint_dir().join(ckpt.file_name());
-        write_atomically_with(&path, |f| {
-            // Buffered: the IPC writer issues a small write per buffer. `finish` flushes.
-            let out = std::io::BufWriter::with_capacity(1 << 20, f);
-            let mut w = FileWriter::try_new(out, &schema).map_err(std::io::Error::other)?;
-            for b in &batches {
-                w.write(b).map_err(std::io::Error::other)?;
+        let bytes = tokio::task::spawn_blocking(move || -> ApiResult<Vec<u8>> {
+            let mut w = FileWriter::try_new(Vec::new(), &schema).map_err(ApiError::from)?;
+            for v in values {
+                let batch =
+                    RecordBatch::try_new(schema.clone(), vec![v]).map_err(ApiError::from)?;
+                w.write(&batch).map_err(ApiError::from)?;
             }
-            w.finish().map_err(std::io::Error::other)
+            w.finish().map_err(ApiError::from)?;
+            w.into_inner().map_err(ApiError::from)
         })
-        .map_err(|e| io_error("writing", &path, e))
+        .await
+        .map_err(|e| ApiError::internal(format!("encoding a checkpoint: {e}")))??;
+        self.root.put(&self.checkpoint_key(ckpt), bytes).await
     }
 
     /// A checkpoint's batches, in row order.
-    pub fn read_checkpoint(&self, ckpt: &Checkpoint) -> ApiResult<Vec<RecordBatch>> {
-        let path = self.checkpoint_dir().join(ckpt.file_name());
-        let bytes = std::fs::read(&path).map_err(|e| io_error("reading", &path, e))?;
-        // Our own uncompressed files, but a damaged one must not make arrow allocate what a
-        // garbled block length says (an abort): checked first. Its blocks lie inside it, so
-        // decoding reads at most its size (twice, for slack); Null columns take no bytes, so
-        // rows are left to the check's own cap.
-        let limits = lancet_ipc::Limits {
-            max_decoded_bytes: 2 * bytes.len() as u64,
-            max_rows: u64::MAX,
-        };
-        let (_, batches) = lancet_ipc::read(&bytes, &limits).map_err(|e| {
-            ApiError::internal(format!("checkpoint {} is corrupt: {e}", path.display()))
-        })?;
-        if batches.is_empty() {
-            return Err(ApiError::internal(format!(
-                "checkpoint {} is empty",
-                path.display()
-            )));
-        }
-        Ok(batches)
+    pub async fn read_checkpoint(&self, ckpt: &Checkpoint) -> ApiResult<Vec<RecordBatch>> {
+        let key = self.checkpoint_key(ckpt);
+        let bytes = self
+            .root
+            .get(&key)
+            .await?
+            .ok_or_else(|| ApiError::internal(format!("checkpoint {key} is missing")))?
+            .bytes;
+        tokio::task::spawn_blocking(move || {
+            // Our own uncompressed files, but a damaged one must not make arrow allocate what
+            // a garbled block length says (an abort): checked first. Its blocks lie inside it,
+            // so decoding reads at most its size (twice, for slack); Null columns take no
+            // bytes, so rows are left to the check's own cap.
+            let limits = lancet_ipc::Limits {
+                max_decoded_bytes: 2 * bytes.len() as u64,
+                max_rows: u64::MAX,
+            };
+            let (_, batches) = lancet_ipc::read(&bytes, &limits)
+                .map_err(|e| ApiError::internal(format!("checkpoint {key} is corrupt: {e}")))?;
+            if batches.is_empty() {
+                return Err(ApiError::internal(format!("checkpoint {key} is empty")));
+            }
+            Ok(batches)
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("decoding a checkpoint: {e}")))?
     }
 
     /// Every complete checkpoint of the job, sorted by fragment and start row.
-    pub fn checkpoints(&self) -> Vec<Checkpoint> {
-        let mut out: Vec<Checkpoint> = std::fs::read_dir(self.checkpoint_dir())
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| e.file_name().to_str().and_then(Checkpoint::parse))
+    pub async fn checkpoints(&self) -> ApiResult<Vec<Checkpoint>> {
+        let dir = format!("{}/ckpt", self.prefix);
+        let mut out: Vec<Checkpoint> = self
+            .root
+            .list(&dir)
+            .await?
+            .iter()
+            .filter_map(|k| k.rsplit('/').next().and_then(Checkpoint::parse))
             .collect();
         out.sort_by_key(|c| (c.fragment, c.start));
-        out
+        Ok(out)
     }
 
-    pub fn remove_checkpoints(&self, fragment: u64) {
-        for c in self
-            .checkpoints()
-            .into_iter()
-            .filter(|c| c.fragment == fragment)
-        {
-            let _ = std::fs::remove_file(self.checkpoint_dir().join(c.file_name()));
+    pub async fn remove_checkpoints(&self, fragment: u64) -> ApiResult<()> {
+        for c in self.checkpoints().await? {
+            if c.fragment == fragment {
+                self.root.delete(&self.checkpoint_key(&c)).await?;
+            }
         }
+        Ok(())
     }
 
-    pub fn remove_all_checkpoints(&self) {
-        let _ = std::fs::remove_dir_all(self.checkpoint_dir());
+    pub async fn remove_all_checkpoints(&self) -> ApiResult<()> {
+        self.root.delete_all(&format!("{}/ckpt", self.prefix)).await
     }
 
     /// Forget the job: its record and anything left beside it.
-    pub fn remove(&self) {
-        let _ = std::fs::remove_dir_all(&self.root);
+    pub async fn remove(&self) -> ApiResult<()> {
+        self.root.delete_all(&self.prefix).await
     }
 }
 
-/// A checkpoint file's identity; its name carries everything the resume logic needs, so a
+/// A checkpoint's identity; its name carries everything the resume logic needs, so a
 /// restart reads no file contents to find its place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Checkpoint {
@@ -370,10 +383,14 @@ mod tests {
         assert_eq!(covered(&all, 2, 0, 100).1, 0);
     }
 
-    #[test]
-    fn records_and_checkpoints_survive_a_round_trip() {
+    #[tokio::test]
+    async fn records_and_checkpoints_survive_a_round_trip() {
         let tmp = tempfile::tempdir().unwrap();
-        let dir = JobDir::new(tmp.path().join("job1"));
+        let session = lance::session::Session::default();
+        let root = RootStore::open(tmp.path().to_str().unwrap(), &Default::default(), &session)
+            .await
+            .unwrap();
+        let dir = JobDir::new(Arc::new(root), "job1");
         let field = Field::new("v", arrow_schema::DataType::Int64, true);
         let ckpt = Checkpoint {
             fragment: 0,
@@ -390,9 +407,10 @@ mod tests {
                 Arc::new(Int64Array::from(vec![Some(3)])),
             ],
         )
+        .await
         .unwrap();
-        assert_eq!(dir.checkpoints(), vec![ckpt]);
-        let back = dir.read_checkpoint(&ckpt).unwrap();
+        assert_eq!(dir.checkpoints().await.unwrap(), vec![ckpt]);
+        let back = dir.read_checkpoint(&ckpt).await.unwrap();
         assert_eq!(
             back.iter().map(|b| b.num_rows()).collect::<Vec<_>>(),
             [2, 1]
@@ -407,9 +425,12 @@ mod tests {
                 .value(0),
             3
         );
-        dir.remove_checkpoints(0);
-        assert!(dir.checkpoints().is_empty());
+        dir.remove_checkpoints(0).await.unwrap();
+        assert!(dir.checkpoints().await.unwrap().is_empty());
         // No temporary files are left behind.
-        assert_eq!(std::fs::read_dir(dir.checkpoint_dir()).unwrap().count(), 0);
+        let left = std::fs::read_dir(tmp.path().join("_jobs/job1/ckpt"))
+            .map(|d| d.count())
+            .unwrap_or(0);
+        assert_eq!(left, 0);
     }
 }

@@ -41,12 +41,12 @@ fn status(state: JobState) -> &'static str {
 
 impl JobManager {
     /// A job's transaction status and properties (the client's, plus `job_type` and `table`).
-    pub fn transaction(
+    pub async fn transaction(
         &self,
         tenant: &str,
         job_id: &str,
     ) -> ApiResult<(&'static str, BTreeMap<String, String>)> {
-        let r = self.get(tenant, job_id)?.snapshot();
+        let r = self.get(tenant, job_id).await?.snapshot();
         let mut properties = r.properties.clone();
         properties.insert("job_type".into(), r.job_type.clone());
         properties.insert("table".into(), r.spec.table_id().join("$"));
@@ -62,7 +62,7 @@ impl JobManager {
         job_id: &str,
         alterations: Vec<Alteration>,
     ) -> ApiResult<(&'static str, BTreeMap<String, String>)> {
-        let job = self.get(tenant, job_id)?;
+        let job = self.get(tenant, job_id).await?;
         let record = job.snapshot();
         let cancel = alterations.iter().any(|a| matches!(a, Alteration::Cancel));
         if cancel && record.state.is_terminal() {
@@ -100,10 +100,10 @@ impl JobManager {
                 }
             }
         }
-        job.update(|r| r.properties = properties)?;
+        job.update(|r| r.properties = properties.clone()).await?;
         if cancel {
             self.cancel(tenant, job_id).await?;
         }
-        self.transaction(tenant, job_id)
+        self.transaction(tenant, job_id).await
     }
 }

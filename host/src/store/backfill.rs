@@ -369,7 +369,11 @@ mod tests {
     use lance::dataset::WriteMode;
 
     async fn table(dir: &std::path::Path) -> (Store, String) {
-        let store = Store::new(Arc::new(lance::session::Session::default()), 0);
+        let store = Store::new(
+            Arc::new(lance::session::Session::default()),
+            0,
+            Default::default(),
+        );
         let location = dir.join("t.lance").to_string_lossy().to_string();
         let schema = Arc::new(ArrowSchema::new(vec![Field::new(
             "x",

@@ -42,6 +42,8 @@ pub struct Store {
     write_locks: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
     /// Decoded vector columns for exact search without an index.
     pub vectors: VectorCache,
+    /// `--storage-option`s, for every dataset opened or written.
+    storage_options: HashMap<String, String>,
 }
 
 /// Which state of a table a request reads: a branch (None = main) and a version (None = latest).
@@ -79,17 +81,31 @@ impl Store {
     }
 
     /// A store sharing `session`, keeping up to `vector_cache_bytes` of decoded vectors.
-    pub fn new(session: Arc<Session>, vector_cache_bytes: usize) -> Self {
+    pub fn new(
+        session: Arc<Session>,
+        vector_cache_bytes: usize,
+        storage_options: HashMap<String, String>,
+    ) -> Self {
         Self {
             session,
             cache: Mutex::default(),
             write_locks: Mutex::default(),
             vectors: VectorCache::new(vector_cache_bytes),
+            storage_options,
         }
     }
 
     pub fn session(&self) -> Arc<Session> {
         self.session.clone()
+    }
+
+    /// Lance's object-store parameters for this server's `--storage-option`s.
+    pub fn store_params(&self) -> lance::io::ObjectStoreParams {
+        crate::root::store_params(&self.storage_options)
+    }
+
+    pub fn storage_options(&self) -> &HashMap<String, String> {
+        &self.storage_options
     }
 
     /// The latest version of `branch`, fresh.
@@ -130,6 +146,7 @@ impl Store {
     async fn load(&self, location: &str, branch: Option<&str>) -> ApiResult<Dataset> {
         let main = DatasetBuilder::from_uri(location)
             .with_session(self.session.clone())
+            .with_storage_options(self.storage_options.clone())
             .load()
             .await
             .map_err(ApiError::from)?;

@@ -46,6 +46,7 @@ fn write_params(store: &Store, mode: WriteMode) -> WriteParams {
     WriteParams {
         mode,
         session: Some(store.session()),
+        store_params: Some(store.store_params()),
         ..Default::default()
     }
 }

@@ -169,23 +169,25 @@ async fn check_table(app: &Arc<App>, key: &Key) -> crate::error::ApiResult<()> {
         }
         let quiet = last_write.elapsed() >= policy.quiet_after;
         let phases = policy.decide(&health, cleanup_due, quiet);
-        let mut watched = upkeep.watched.lock().unwrap();
-        let Some(state) = watched
-            .get_mut(key)
-            .and_then(|w| w.branches.get_mut(&branch))
-        else {
-            return Ok(());
-        };
-        if phases.is_empty() {
+        // The lock is held in a block of its own: the job is submitted (awaited) after it.
+        let start = {
+            let mut watched = upkeep.watched.lock().unwrap();
+            let Some(state) = watched
+                .get_mut(key)
+                .and_then(|w| w.branches.get_mut(&branch))
+            else {
+                return Ok(());
+            };
             state.settled_at = Some(health.version);
+            if !phases.is_empty() && phases.contains(&crate::jobs::optimize::Phase::Cleanup) {
+                state.cleaned = Some(Instant::now());
+            }
+            !phases.is_empty()
+        };
+        if !start {
             continue;
         }
         all_settled = false;
-        if phases.contains(&crate::jobs::optimize::Phase::Cleanup) {
-            state.cleaned = Some(Instant::now());
-        }
-        state.settled_at = Some(health.version);
-        drop(watched);
         let spec = OptimizeSpec {
             table_id: table_id.clone(),
             branch: branch.clone(),
@@ -198,6 +200,7 @@ async fn check_table(app: &Arc<App>, key: &Key) -> crate::error::ApiResult<()> {
         match app
             .jobs
             .submit_optimize(app, tenant, location.clone(), spec)
+            .await
         {
             Ok(job_id) => {
                 tracing::info!(%tenant, %location, ?branch, %job_id, "upkeep job started")

@@ -1,0 +1,110 @@
+//! An S3-compatible store on loopback for the object-store tests: moto's server (from PyPI;
+//! `scripts/test.sh` installs it in the test venv). `LANCET_TEST_S3_ENDPOINT` names a running
+//! one; otherwise one is started from the venv's python (`LANCET_VENV`, default
+//! `~/.cache/lancet-venv`) and stopped when this test process exits. Without either the tests
+//! fail: they are not skipped.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::common::Server;
+
+static ENDPOINT: OnceLock<String> = OnceLock::new();
+
+fn start_moto() -> String {
+    let venv = std::env::var("LANCET_VENV").unwrap_or_else(|_| {
+        format!(
+            "{}/.cache/lancet-venv",
+            std::env::var("HOME").unwrap_or_default()
+        )
+    });
+    let python = format!("{venv}/bin/python");
+    assert!(
+        std::path::Path::new(&python).exists(),
+        "no S3 server: set LANCET_TEST_S3_ENDPOINT or run scripts/test.sh (it installs moto in {venv})"
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    // A watchdog shell stops moto once this test process is gone (statics are never dropped).
+    let script = format!(
+        "{python} -m moto.server -H 127.0.0.1 -p {port} >/dev/null 2>&1 & m=$!; \
+         while kill -0 {pid} 2>/dev/null; do sleep 1; done; kill $m",
+        pid = std::process::id()
+    );
+    std::process::Command::new("sh")
+        .args(["-c", &script])
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .expect("start moto");
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "moto did not start on port {port}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    endpoint
+}
+
+pub fn endpoint() -> String {
+    ENDPOINT
+        .get_or_init(|| std::env::var("LANCET_TEST_S3_ENDPOINT").unwrap_or_else(|_| start_moto()))
+        .clone()
+}
+
+/// The variables a server (or `lancet keys`) needs for the test store. moto accepts any
+/// signed request; requests are signed with this made-up key pair.
+pub fn env() -> Vec<(&'static str, String)> {
+    vec![
+        ("AWS_ENDPOINT", endpoint()),
+        ("AWS_ALLOW_HTTP", "true".into()),
+        ("AWS_ACCESS_KEY_ID", "lancet-test".into()),
+        ("AWS_SECRET_ACCESS_KEY", "lancet-test-secret".into()),
+        ("AWS_REGION", "us-east-1".into()),
+    ]
+}
+
+/// A new bucket; returns its `s3://` root.
+pub async fn bucket() -> String {
+    let name = format!(
+        "lancet-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    );
+    let status = reqwest::Client::new()
+        .put(format!("{}/{name}", endpoint()))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert!(status.is_success(), "creating bucket {name}: {status}");
+    format!("s3://{name}/root")
+}
+
+/// A server on `root` with the store's variables plus `extra`.
+pub async fn server(root: &str, extra: &[(&str, &str)]) -> Server {
+    let env = env();
+    let mut all: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    all.extend_from_slice(extra);
+    Server::start_on(root, &all).await
+}
+
+/// `lancet keys <args>` against `root`; returns stdout.
+pub fn keys_cli(root: &str, args: &[&str]) -> String {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_lancet"));
+    cmd.args(["keys", "--data", root]).args(args);
+    for (k, v) in env() {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "lancet keys {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
