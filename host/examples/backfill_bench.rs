@@ -217,7 +217,7 @@ async fn run_lancet(dir: &Path, max_checkpoint: usize) -> (f64, f64) {
         .await
         .unwrap();
     loop {
-        let d = app.jobs.describe("default", &job).unwrap();
+        let d = app.jobs.describe("default", &job).await.unwrap();
         match d["job_state"].as_str() {
             // Polled often: a 20 ms poll would add up to 20% to a 0.1 s job.
             Some("IN_PROGRESS") => tokio::time::sleep(Duration::from_millis(1)).await,

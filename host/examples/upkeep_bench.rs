@@ -24,8 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use arrow_array::{FixedSizeListArray, Float32Array, Int64Array, RecordBatch, StringArray};
-use arrow_schema::{DataType, Field, Schema};
+use arrow_array::Int64Array;
 use serde_json::{Value, json};
 
 const KEY: &str = "upkeep-bench-key";

@@ -11,6 +11,7 @@ use crate::common::Server;
 
 static ENDPOINT: OnceLock<String> = OnceLock::new();
 
+#[allow(clippy::zombie_processes)]
 fn start_moto() -> String {
     let venv = std::env::var("LANCET_VENV").unwrap_or_else(|_| {
         format!(
@@ -28,7 +29,8 @@ fn start_moto() -> String {
         .local_addr()
         .unwrap()
         .port();
-    // A watchdog shell stops moto once this test process is gone (statics are never dropped).
+    // A watchdog shell stops moto once this test process is gone (statics are never dropped);
+    // it is never waited on: it outlives every test and ends by itself.
     let script = format!(
         "{python} -m moto.server -H 127.0.0.1 -p {port} >/dev/null 2>&1 & m=$!; \
          while kill -0 {pid} 2>/dev/null; do sleep 1; done; kill $m",
