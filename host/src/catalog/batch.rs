@@ -48,22 +48,19 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use lance::io::ObjectStore;
-use lance::session::Session;
 use lance_namespace::ErrorCode;
 use lance_namespace::models::{
     BatchDeleteTableVersionsRequest, CreateTableVersionRequest, DeclareTableRequest,
     DeregisterTableRequest, DescribeTableVersionRequest, ListTableVersionsRequest,
     RegisterTableRequest, TableExistsRequest, VersionRange,
 };
-use object_store::path::Path;
-use object_store::{ObjectStore as _, ObjectStoreExt as _};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use super::{Catalog, not_found_as_table};
 use crate::error::{ApiError, ApiResult};
+use crate::root::RootStore;
 
 /// Where intents live, under a tenant's root.
 const DIR: &str = "_batch_intents";
@@ -135,89 +132,54 @@ struct Intent {
     steps: Vec<Step>,
 }
 
-/// The intent records of one catalog root.
+/// The intent records of one catalog root, kept through the root's [`RootStore`] like all
+/// other server state.
 pub(crate) struct Intents {
-    store: Arc<ObjectStore>,
-    dir: Path,
+    root: Arc<RootStore>,
 }
 
-fn io_error(what: &str, e: impl std::fmt::Display) -> ApiError {
-    ApiError::internal(format!("batch-commit intent: {what}: {e}"))
+fn key(name: &str) -> String {
+    format!("{DIR}/{name}")
 }
 
 impl Intents {
-    pub(crate) async fn open(
-        root: &str,
-        session: &Session,
-        options: &std::collections::HashMap<String, String>,
-    ) -> ApiResult<Self> {
-        let params = crate::root::store_params(options);
-        let (store, base) =
-            ObjectStore::from_uri_and_params(session.store_registry(), root, &params)
-                .await
-                .map_err(ApiError::from)?;
-        Ok(Self {
-            store,
-            dir: base.join(DIR),
-        })
+    pub(crate) fn new(root: Arc<RootStore>) -> Self {
+        Self { root }
     }
 
     async fn put(&self, name: &str, bytes: Vec<u8>) -> ApiResult<()> {
-        self.store
-            .inner
-            .put(&self.dir.clone().join(name), bytes.into())
-            .await
-            .map(|_| ())
-            .map_err(|e| io_error(&format!("cannot write {name}"), e))
+        self.root.put(&key(name), bytes).await
     }
 
     async fn get(&self, name: &str) -> ApiResult<Option<Bytes>> {
-        self.read(&self.dir.clone().join(name)).await
-    }
-
-    async fn read(&self, path: &Path) -> ApiResult<Option<Bytes>> {
-        match self.store.inner.get(path).await {
-            Ok(r) => r
-                .bytes()
-                .await
-                .map(Some)
-                .map_err(|e| io_error(&format!("cannot read {path}"), e)),
-            Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(io_error(&format!("cannot read {path}"), e)),
-        }
+        Ok(self.root.get(&key(name)).await?.map(|v| v.bytes))
     }
 
     async fn delete(&self, name: &str) -> ApiResult<()> {
-        match self.store.inner.delete(&self.dir.clone().join(name)).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(io_error(&format!("cannot delete {name}"), e)),
-        }
+        self.root.delete(&key(name)).await
     }
 
     /// Names of the records left in the directory, sorted (oldest first).
     async fn list(&self) -> ApiResult<Vec<String>> {
-        let listed = self.store.inner.list_with_delimiter(Some(&self.dir)).await;
-        let listed = match listed {
-            Ok(l) => l,
-            Err(object_store::Error::NotFound { .. }) => return Ok(Vec::new()),
-            Err(e) => return Err(io_error("cannot list", e)),
-        };
-        let mut names: Vec<String> = listed
-            .objects
+        let mut names: Vec<String> = self
+            .root
+            .list(DIR)
+            .await?
             .iter()
-            .filter_map(|o| o.location.filename().map(str::to_string))
-            // A local put's temporary file (`<name>#<n>`) left by a crash is not a record.
-            .filter(|n| !n.contains('#'))
+            .filter_map(|k| k.strip_prefix(DIR)?.strip_prefix('/'))
+            // Records only: a local put's temporary file (`<name>#<n>`) left by a crash is
+            // not one, nor is anything in a sub-folder.
+            .filter(|n| !n.contains('#') && !n.contains('/'))
+            .map(str::to_string)
             .collect();
         names.sort();
         Ok(names)
     }
 
-    /// An object of the catalog's store named by an object-store path (staged manifests).
+    /// An object of the catalog's store named by its path in the store (staged manifests, as
+    /// lance reports them).
     async fn read_object(&self, path: &str) -> ApiResult<Option<Bytes>> {
-        let path = Path::parse(path)
-            .map_err(|e| ApiError::invalid(format!("invalid manifest path '{path}': {e}")))?;
-        self.read(&path).await
+        Ok(self.root.get_at_path(path).await?.map(|v| v.bytes))
     }
 }
 
@@ -319,7 +281,8 @@ impl Catalog {
             chrono::Utc::now().timestamp_millis(),
             uuid::Uuid::new_v4().simple()
         );
-        let bytes = serde_json::to_vec(&intent).map_err(|e| io_error("encode", e))?;
+        let bytes = serde_json::to_vec(&intent)
+            .map_err(|e| ApiError::internal(format!("batch-commit intent: encode: {e}")))?;
         self.intents.put(&name, bytes).await?;
         crash_point("intent");
         let result = self.apply_intent(&name, &intent).await;

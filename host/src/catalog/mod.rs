@@ -69,8 +69,8 @@ impl Catalog {
             session: session.clone(),
             storage_options: options.clone(),
             known_namespaces: Mutex::default(),
-            commit_lock: CatalogLock::new(state, node.to_string()),
-            intents: batch::Intents::open(root, &session, options).await?,
+            commit_lock: CatalogLock::new(state.clone(), node.to_string()),
+            intents: batch::Intents::new(state),
         };
         // A batch-commit a killed process left half-done is settled before anyone uses this,
         // unless another node holds the catalog lock (it may be in the middle of that batch;

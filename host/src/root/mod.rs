@@ -115,7 +115,19 @@ impl RootStore {
     }
 
     pub async fn get(&self, key: &str) -> ApiResult<Option<Versioned>> {
-        match self.store.inner.get(&self.path(key)).await {
+        self.read(&self.path(key), key).await
+    }
+
+    /// An object named by its path in the store rather than a key under the root (such as a
+    /// manifest path lance reported).
+    pub async fn get_at_path(&self, path: &str) -> ApiResult<Option<Versioned>> {
+        let parsed = Path::parse(path)
+            .map_err(|e| ApiError::invalid(format!("invalid object path '{path}': {e}")))?;
+        self.read(&parsed, path).await
+    }
+
+    async fn read(&self, path: &Path, key: &str) -> ApiResult<Option<Versioned>> {
+        match self.store.inner.get(path).await {
             Ok(r) => {
                 let version = Version {
                     e_tag: r.meta.e_tag.clone(),
