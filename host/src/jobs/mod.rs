@@ -280,6 +280,8 @@ pub struct JobManager {
     finished: Mutex<BTreeMap<String, JobRecord>>,
     /// Upkeep jobs running at once (the rest wait their turn).
     upkeep_slots: Arc<tokio::sync::Semaphore>,
+    /// (table, branch) of the jobs other nodes were running at the last scan of the root.
+    elsewhere: Mutex<std::collections::HashSet<(String, Option<String>)>>,
 }
 
 impl JobManager {
@@ -292,6 +294,7 @@ impl JobManager {
             jobs: Default::default(),
             finished: Default::default(),
             upkeep_slots: Arc::new(tokio::sync::Semaphore::new(1)),
+            elsewhere: Default::default(),
         }
     }
 
@@ -569,9 +572,14 @@ impl JobManager {
         Ok((job, lease))
     }
 
-    /// Whether this node runs a job on (table, branch): the upkeep policy leaves such a
-    /// table alone (a compaction would make a running backfill skip the fragments it rewrote).
+    /// Whether a job runs on (table, branch), here or (as of the last scan of the root) on
+    /// another node: the upkeep policy leaves such a table alone (a compaction would make a
+    /// running backfill skip the fragments it rewrote).
     pub fn busy(&self, location: &str, branch: Option<&str>) -> bool {
+        let key = (location.to_string(), branch.map(str::to_string));
+        if self.elsewhere.lock().unwrap().contains(&key) {
+            return true;
+        }
         self.jobs.lock().unwrap().values().any(|j| {
             let r = j.snapshot();
             r.state == JobState::InProgress && r.location == location && r.spec.branch() == branch

@@ -72,6 +72,7 @@ async fn keep(
 /// or by a node that stopped renewing its lease.
 pub(super) async fn adopt_orphans(app: &Arc<App>) -> ApiResult<()> {
     let manager = &app.jobs;
+    let mut elsewhere = std::collections::HashSet::new();
     for id in manager.job_ids().await? {
         if manager.finished.lock().unwrap().contains_key(&id) {
             continue;
@@ -104,7 +105,12 @@ pub(super) async fn adopt_orphans(app: &Arc<App>) -> ApiResult<()> {
         )
         .await?
         else {
-            continue; // another node runs it
+            // Another node runs it: upkeep here leaves its table alone meanwhile.
+            elsewhere.insert((
+                record.location.clone(),
+                record.spec.branch().map(str::to_string),
+            ));
+            continue;
         };
         let job = Arc::new(Job::new(dir, record));
         let generation = lease.generation;
@@ -131,5 +137,6 @@ pub(super) async fn adopt_orphans(app: &Arc<App>) -> ApiResult<()> {
         manager.jobs.lock().unwrap().insert(id, job.clone());
         start(app, job, lease);
     }
+    *manager.elsewhere.lock().unwrap() = elsewhere;
     Ok(())
 }
