@@ -172,12 +172,14 @@ pub async fn serve(config: ServeConfig) -> anyhow_like::Result<()> {
     println!("listening on http://{addr}");
     tracing::info!(%addr, root = %app.tenants.root(), "lancet serving");
     tokio::spawn(refresh_keys(app.clone()));
+    let app_for_jobs = app.clone();
     let service = http::service(
         app,
         config.max_body_mb * 1024 * 1024,
         Duration::from_secs(config.body_timeout_secs.max(1)),
     );
     accept_loop(listener, service, &config).await;
+    app_for_jobs.jobs.hand_over(Duration::from_secs(10)).await;
     tracing::info!("lancet stopped");
     Ok(())
 }

@@ -297,3 +297,53 @@ async fn a_killed_nodes_backfill_is_finished_by_another_exactly_once() {
     let fresh = s3::server(&root, &[("LANCET_NODE_ID", "d")]).await;
     assert_eq!(fresh.count("k", json!({})).await, n);
 }
+
+#[tokio::test]
+async fn a_node_shut_down_hands_its_backfill_over_at_once() {
+    let root = s3::bucket().await;
+    // A lease TTL far beyond the wait below: only a hand-over lets b finish in time.
+    let ttl = ("LANCET_JOB_LEASE_TTL", "600s");
+    let mut a = s3::server(&root, &[ttl, ("LANCET_NODE_ID", "a")]).await;
+    let b = s3::server(&root, &[ttl, ("LANCET_NODE_ID", "b")]).await;
+    table_with_fragments(&a, "h", 4, 20).await;
+    add_virtual(&a, "h", "dbl", slow("150000")).await;
+    let before = a.version("h").await;
+    let job = a
+        .backfill(
+            "h",
+            json!({"column": "dbl", "commit_granularity": 1, "checkpoint_size": 5,
+                   "max_checkpoint_size": 5, "concurrency": 1}),
+        )
+        .await;
+    let d = a
+        .wait_job_until(&job, 120, |d| {
+            d["job_state"] != "IN_PROGRESS" || d["progress"]["commits"].as_u64() >= Some(1)
+        })
+        .await;
+    assert_eq!(
+        d["job_state"], "IN_PROGRESS",
+        "finished before the shutdown: {d}"
+    );
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &a.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(a.wait().success(), "a graceful exit");
+
+    let d = b.wait_job(&job).await;
+    assert_eq!(d["job_state"], "DONE", "{d}");
+    assert_eq!(d["result"]["rows_written"], 80, "{d}");
+    let values = doubled(&b, "h").await;
+    assert!(
+        values.iter().all(|(id, v)| *v == Some(2 * id)),
+        "{values:?}"
+    );
+    let commits = d["result"]["commits"].as_u64().unwrap();
+    assert_eq!(
+        b.version("h").await,
+        before + commits,
+        "no fragment committed twice"
+    );
+    assert_eq!(d["result"]["fragments_committed"], 4);
+}

@@ -44,7 +44,8 @@ pub struct Job {
     cancel: AtomicBool,
     /// The generation of the lease this node runs the job under (0: it does not run it).
     generation: AtomicU64,
-    /// Set when this node lost the job's lease: its runner stops and records nothing more.
+    /// Set when this node lost the job's lease, or hands it over on shutdown: its runner stops
+    /// and records nothing more.
     lost: AtomicBool,
     /// This node's record writes, one at a time.
     writing: tokio::sync::Mutex<()>,
@@ -282,6 +283,10 @@ pub struct JobManager {
     upkeep_slots: Arc<tokio::sync::Semaphore>,
     /// (table, branch) of the jobs other nodes were running at the last scan of the root.
     elsewhere: Mutex<std::collections::HashSet<(String, Option<String>)>>,
+    /// Jobs this node runs now (their runner or lease keeper has not ended).
+    running: tokio::sync::watch::Sender<usize>,
+    /// Set on shutdown: this node adopts no more jobs.
+    closing: AtomicBool,
 }
 
 impl JobManager {
@@ -295,6 +300,8 @@ impl JobManager {
             finished: Default::default(),
             upkeep_slots: Arc::new(tokio::sync::Semaphore::new(1)),
             elsewhere: Default::default(),
+            running: tokio::sync::watch::Sender::new(0),
+            closing: AtomicBool::new(false),
         }
     }
 
@@ -330,12 +337,34 @@ impl JobManager {
         counts
     }
 
+    /// On shutdown: stop this node's jobs where they stand (nothing more is recorded; work
+    /// already durable stays) and give their leases up, so another node resumes them at once
+    /// instead of after the lease TTL. Waits up to `wait` for the runners to stop; a runner
+    /// still busy then leaves its lease to expire.
+    pub async fn hand_over(&self, wait: Duration) {
+        self.closing.store(true, Ordering::Relaxed);
+        let mut handed = 0;
+        for job in self.jobs.lock().unwrap().values() {
+            if job.generation.load(Ordering::Relaxed) != 0 && !job.snapshot().state.is_terminal() {
+                job.lost.store(true, Ordering::Relaxed);
+                handed += 1;
+            }
+        }
+        if handed == 0 {
+            return;
+        }
+        tracing::info!(jobs = handed, "handing jobs over to other nodes");
+        let mut running = self.running.subscribe();
+        let _ = tokio::time::timeout(wait, running.wait_for(|n| *n == 0)).await;
+    }
+
     /// Start adopting unfinished jobs: at once (those a previous process of this node left),
-    /// then every third of the lease TTL (those whose node stopped renewing their lease).
+    /// then every third of the lease TTL, at most 2 s apart (those whose node stopped renewing
+    /// their lease, or handed them over on shutdown).
     pub fn resume_all(&self, app: &Arc<App>) {
         let app = app.clone();
         tokio::spawn(async move {
-            let every = app.jobs.lease_ttl / 3;
+            let every = (app.jobs.lease_ttl / 3).min(Duration::from_secs(2));
             loop {
                 if let Err(e) = ownership::adopt_orphans(&app).await {
                     tracing::warn!(error = %e, "cannot look for jobs to resume");
@@ -345,18 +374,9 @@ impl JobManager {
         });
     }
 
-    /// Ids of every job recorded under the root.
+    /// Ids of every job recorded under the root (its folders; one listing).
     async fn job_ids(&self) -> ApiResult<Vec<String>> {
-        let keys = self.root.list(state::JOBS).await?;
-        let mut ids: Vec<String> = keys
-            .iter()
-            .filter_map(|k| k.strip_prefix(state::JOBS)?.strip_prefix('/'))
-            .filter_map(|k| k.strip_suffix("/job.json"))
-            .filter(|id| !id.contains('/'))
-            .map(str::to_string)
-            .collect();
-        ids.sort();
-        Ok(ids)
+        self.root.list_dirs(state::JOBS).await
     }
 
     /// The job as this node knows it: its own live job, else the record on the root (`None`

@@ -16,15 +16,17 @@ use crate::root::Lease;
 /// Run `job` on this node under `lease`, renewing it until the job ends, then releasing it.
 pub(super) fn start(app: &Arc<App>, job: Arc<Job>, lease: Lease) {
     let app = app.clone();
+    app.jobs.running.send_modify(|n| *n += 1);
     tokio::spawn(async move {
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let keeper = tokio::spawn(keep(app.clone(), job.clone(), lease, stopped));
         match job.snapshot().spec {
-            JobSpec::Backfill(_) => backfill::run(app, job).await,
-            JobSpec::Optimize(_) => optimize::run(app, job).await,
+            JobSpec::Backfill(_) => backfill::run(app.clone(), job).await,
+            JobSpec::Optimize(_) => optimize::run(app.clone(), job).await,
         }
         let _ = stop.send(());
         let _ = keeper.await;
+        app.jobs.running.send_modify(|n| *n -= 1);
     });
 }
 
@@ -74,6 +76,9 @@ pub(super) async fn adopt_orphans(app: &Arc<App>) -> ApiResult<()> {
     let manager = &app.jobs;
     let mut elsewhere = std::collections::HashSet::new();
     for id in manager.job_ids().await? {
+        if manager.closing.load(Ordering::Relaxed) {
+            return Ok(());
+        }
         if manager.finished.lock().unwrap().contains_key(&id) {
             continue;
         }
@@ -86,8 +91,10 @@ pub(super) async fn adopt_orphans(app: &Arc<App>) -> ApiResult<()> {
             continue;
         }
         let dir = manager.dir(&id);
-        let record = match dir.load().await {
-            Ok(r) => r,
+        let record = match manager.view(&id).await {
+            Ok(Some(job)) => job.snapshot(),
+            // A folder without a record: a job being created, or what a removal left.
+            Ok(None) => continue,
             Err(e) => {
                 tracing::warn!(job_id = %id, error = %e, "skipping an unreadable job");
                 continue;
@@ -112,7 +119,7 @@ pub(super) async fn adopt_orphans(app: &Arc<App>) -> ApiResult<()> {
             ));
             continue;
         };
-        let job = Arc::new(Job::new(dir, record));
+        let job = Arc::new(Job::new(dir.clone(), record));
         let generation = lease.generation;
         let node = manager.node.clone();
         let owned = job

@@ -286,6 +286,24 @@ impl RootStore {
         Ok(keys)
     }
 
+    /// The names of the folders directly under `prefix` (one listing request, however many
+    /// objects they hold), sorted.
+    pub async fn list_dirs(&self, prefix: &str) -> ApiResult<Vec<String>> {
+        let dir = self.path(prefix);
+        let listed = match self.store.inner.list_with_delimiter(Some(&dir)).await {
+            Ok(l) => l,
+            Err(object_store::Error::NotFound { .. }) => return Ok(Vec::new()),
+            Err(e) => return Err(store_error("list", prefix, e)),
+        };
+        let mut names: Vec<String> = listed
+            .common_prefixes
+            .iter()
+            .filter_map(|p| p.filename().map(str::to_string))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
     /// Remove every object under `prefix`.
     pub async fn delete_all(&self, prefix: &str) -> ApiResult<()> {
         for key in self.list(prefix).await? {
