@@ -235,21 +235,22 @@ async fn wait_for_status(h: &Handle, want: u16) {
     }
 }
 
-#[tokio::test]
-async fn a_killed_nodes_backfill_is_finished_by_another_exactly_once() {
+/// Nodes `a` and `b` on a new root (job leases of `ttl`), and a slow backfill of `frags`
+/// fragments of 20 rows started on `a`, returned once one of its commits landed: (root, a, b,
+/// job id, the table's version before the job).
+async fn backfill_in_progress(ttl: &str, frags: i64) -> (String, Server, Server, String, u64) {
     let root = s3::bucket().await;
-    let ttl = [("LANCET_JOB_LEASE_TTL", "3s")];
-    let mut a = s3::server(&root, &[ttl[0], ("LANCET_NODE_ID", "a")]).await;
-    let b = s3::server(&root, &[ttl[0], ("LANCET_NODE_ID", "b")]).await;
-    table_with_fragments(&a, "k", 6, 20).await;
+    let ttl = ("LANCET_JOB_LEASE_TTL", ttl);
+    let a = s3::server(&root, &[ttl, ("LANCET_NODE_ID", "a")]).await;
+    let b = s3::server(&root, &[ttl, ("LANCET_NODE_ID", "b")]).await;
+    table_with_fragments(&a, "k", frags, 20).await;
     add_virtual(&a, "k", "dbl", slow("150000")).await;
     let before = a.version("k").await;
     let job = a
         .backfill(
             "k",
             json!({"column": "dbl", "commit_granularity": 1, "checkpoint_size": 5,
-                   "max_checkpoint_size": 5, "concurrency": 1,
-                   "batch_checkpoint_flush_interval_seconds": 0}),
+                   "max_checkpoint_size": 5, "concurrency": 1}),
         )
         .await;
     let d = a
@@ -257,28 +258,39 @@ async fn a_killed_nodes_backfill_is_finished_by_another_exactly_once() {
             d["job_state"] != "IN_PROGRESS" || d["progress"]["commits"].as_u64() >= Some(1)
         })
         .await;
-    assert_eq!(
-        d["job_state"], "IN_PROGRESS",
-        "finished before the kill: {d}"
-    );
-    a.kill_hard();
+    assert_eq!(d["job_state"], "IN_PROGRESS", "finished too early: {d}");
+    (root, a, b, job, before)
+}
 
-    // b sees the job at once and takes it over once a's lease expires.
-    assert_eq!(b.describe_job(&job).await["job_state"], "IN_PROGRESS");
-    let d = b.wait_job(&job).await;
+/// The job ended DONE on `b` with every row computed once: every fragment committed once,
+/// one table version per commit.
+async fn finished_exactly_once(b: &Server, job: &str, frags: i64, before: u64) {
+    let d = b.wait_job(job).await;
     assert_eq!(d["job_state"], "DONE", "{d}");
-    assert_eq!(d["result"]["rows_written"], 120, "{d}");
+    assert_eq!(d["result"]["rows_written"], frags * 20, "{d}");
     assert_eq!(d["result"]["fragments_skipped"], json!([]));
-    let values = doubled(&b, "k").await;
-    assert_eq!(values.len(), 120);
+    assert_eq!(d["result"]["fragments_committed"], frags);
+    let values = doubled(b, "k").await;
+    assert_eq!(values.len() as i64, frags * 20);
     assert!(
         values.iter().all(|(id, v)| *v == Some(2 * id)),
         "{values:?}"
     );
-    // One version per commit: no fragment was committed twice.
     let commits = d["result"]["commits"].as_u64().unwrap();
-    assert_eq!(b.version("k").await, before + commits);
-    assert_eq!(d["result"]["fragments_committed"], 6);
+    assert_eq!(
+        b.version("k").await,
+        before + commits,
+        "no fragment committed twice"
+    );
+}
+
+#[tokio::test]
+async fn a_killed_nodes_backfill_is_finished_by_another_exactly_once() {
+    let (root, mut a, b, job, before) = backfill_in_progress("3s", 6).await;
+    a.kill_hard();
+    // b sees the job at once and takes it over once a's lease expires.
+    assert_eq!(b.describe_job(&job).await["job_state"], "IN_PROGRESS");
+    finished_exactly_once(&b, &job, 6, before).await;
 
     // A node killed in the middle of writes leaves a table every node opens.
     let mut c = s3::server(&root, &[("LANCET_NODE_ID", "c")]).await;
@@ -300,50 +312,13 @@ async fn a_killed_nodes_backfill_is_finished_by_another_exactly_once() {
 
 #[tokio::test]
 async fn a_node_shut_down_hands_its_backfill_over_at_once() {
-    let root = s3::bucket().await;
     // A lease TTL far beyond the wait below: only a hand-over lets b finish in time.
-    let ttl = ("LANCET_JOB_LEASE_TTL", "600s");
-    let mut a = s3::server(&root, &[ttl, ("LANCET_NODE_ID", "a")]).await;
-    let b = s3::server(&root, &[ttl, ("LANCET_NODE_ID", "b")]).await;
-    table_with_fragments(&a, "h", 4, 20).await;
-    add_virtual(&a, "h", "dbl", slow("150000")).await;
-    let before = a.version("h").await;
-    let job = a
-        .backfill(
-            "h",
-            json!({"column": "dbl", "commit_granularity": 1, "checkpoint_size": 5,
-                   "max_checkpoint_size": 5, "concurrency": 1}),
-        )
-        .await;
-    let d = a
-        .wait_job_until(&job, 120, |d| {
-            d["job_state"] != "IN_PROGRESS" || d["progress"]["commits"].as_u64() >= Some(1)
-        })
-        .await;
-    assert_eq!(
-        d["job_state"], "IN_PROGRESS",
-        "finished before the shutdown: {d}"
-    );
+    let (_root, mut a, b, job, before) = backfill_in_progress("600s", 4).await;
     let status = std::process::Command::new("kill")
         .args(["-TERM", &a.pid().to_string()])
         .status()
         .unwrap();
     assert!(status.success());
     assert!(a.wait().success(), "a graceful exit");
-
-    let d = b.wait_job(&job).await;
-    assert_eq!(d["job_state"], "DONE", "{d}");
-    assert_eq!(d["result"]["rows_written"], 80, "{d}");
-    let values = doubled(&b, "h").await;
-    assert!(
-        values.iter().all(|(id, v)| *v == Some(2 * id)),
-        "{values:?}"
-    );
-    let commits = d["result"]["commits"].as_u64().unwrap();
-    assert_eq!(
-        b.version("h").await,
-        before + commits,
-        "no fragment committed twice"
-    );
-    assert_eq!(d["result"]["fragments_committed"], 4);
+    finished_exactly_once(&b, &job, 4, before).await;
 }

@@ -1,5 +1,6 @@
 //! An S3-compatible store on loopback for the object-store tests: moto's server (from PyPI;
-//! `scripts/test.sh` installs it in the test venv). `LANCET_TEST_S3_ENDPOINT` names a running
+//! `scripts/test.sh` installs it in the test venv), started through `tests/s3/moto_server.py`,
+//! which makes its conditional writes atomic as S3's are (see there). `LANCET_TEST_S3_ENDPOINT` names a running
 //! one; otherwise one is started from the venv's python (`LANCET_VENV`, default
 //! `~/.cache/lancet-venv`) and stopped when this test process exits. Without either the tests
 //! fail: they are not skipped.
@@ -31,8 +32,9 @@ fn start_moto() -> String {
         .port();
     // A watchdog shell stops moto once this test process is gone (statics are never dropped);
     // it is never waited on: it outlives every test and ends by itself.
+    let launcher = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/s3/moto_server.py");
     let script = format!(
-        "{python} -m moto.server -H 127.0.0.1 -p {port} >/dev/null 2>&1 & m=$!; \
+        "{python} {launcher} -H 127.0.0.1 -p {port} >/dev/null 2>&1 & m=$!; \
          while kill -0 {pid} 2>/dev/null; do sleep 1; done; kill $m",
         pid = std::process::id()
     );

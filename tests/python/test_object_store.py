@@ -26,7 +26,9 @@ def s3():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        # moto with atomic conditional writes, as S3 has (see tests/s3/moto_server.py).
+        [sys.executable, os.path.join(os.path.dirname(__file__), "..", "s3", "moto_server.py"),
+         "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     endpoint = f"http://127.0.0.1:{port}"

@@ -83,14 +83,7 @@ impl ModuleCache {
         let Some(bytes) = shared.fetch(sha256).map_err(UdfError::Internal)? else {
             return Ok(false);
         };
-        let actual = sha256_hex(&bytes);
-        if actual != sha256 {
-            return Err(UdfError::ModuleChecksumMismatch {
-                expected: sha256.to_string(),
-                actual,
-            });
-        }
-        check_header(&bytes)?;
+        check_named(sha256, &bytes)?;
         write_atomically(&self.module_path(sha256), &bytes)?;
         Ok(true)
     }
@@ -177,15 +170,7 @@ impl ModuleCache {
             }
             Err(e) => return Err(UdfError::io(format!("reading {}", path.display()), e)),
         };
-        // The store is content-addressed; a file that no longer matches its name is corrupt.
-        let actual = sha256_hex(&bytes);
-        if actual != sha256 {
-            return Err(UdfError::ModuleChecksumMismatch {
-                expected: sha256.to_string(),
-                actual,
-            });
-        }
-        check_header(&bytes)?;
+        check_named(sha256, &bytes)?;
         let start = Instant::now();
         let module = Module::new(&self.engine, &bytes).map_err(compile_error)?;
         add_elapsed(&self.counters.compile_nanos, start);
@@ -204,6 +189,19 @@ impl ModuleCache {
             .map_err(|e| UdfError::Internal(format!("{e:#}")))?;
         write_atomically(&self.precompiled_path(sha256), &bytes)
     }
+}
+
+/// The store is content-addressed: bytes that do not match their name are corrupt (or not the
+/// module asked for), and are refused before anything compiles them.
+fn check_named(sha256: &str, bytes: &[u8]) -> Result<(), UdfError> {
+    let actual = sha256_hex(bytes);
+    if actual != sha256 {
+        return Err(UdfError::ModuleChecksumMismatch {
+            expected: sha256.to_string(),
+            actual,
+        });
+    }
+    check_header(bytes)
 }
 
 /// Writes via a temporary file and rename, so readers never see a partial file.

@@ -166,25 +166,7 @@ impl RootStore {
 
     /// Write only if no object is there; `None` when one is.
     pub async fn create(&self, key: &str, bytes: impl Into<Bytes>) -> ApiResult<Option<Version>> {
-        let options = PutOptions {
-            mode: PutMode::Create,
-            ..Default::default()
-        };
-        let bytes: Bytes = bytes.into();
-        match self
-            .store
-            .inner
-            .put_opts(&self.path(key), bytes.into(), options)
-            .await
-        {
-            Ok(r) => Ok(Some(Version {
-                e_tag: r.e_tag,
-                version: r.version,
-            })),
-            Err(object_store::Error::AlreadyExists { .. })
-            | Err(object_store::Error::Precondition { .. }) => Ok(None),
-            Err(e) => Err(store_error("create", key, e)),
-        }
+        self.put_if(key, bytes.into(), PutMode::Create).await
     }
 
     /// Write only if the object is still at `expected`; `None` when it changed (or is gone).
@@ -198,8 +180,14 @@ impl RootStore {
         if let Some(dir) = &self.local {
             return self.replace_local(dir, key, bytes, expected).await;
         }
+        self.put_if(key, bytes, PutMode::Update(expected.update()))
+            .await
+    }
+
+    /// A conditional write; `None` when its condition does not hold.
+    async fn put_if(&self, key: &str, bytes: Bytes, mode: PutMode) -> ApiResult<Option<Version>> {
         let options = PutOptions {
-            mode: PutMode::Update(expected.update()),
+            mode,
             ..Default::default()
         };
         match self
@@ -212,9 +200,10 @@ impl RootStore {
                 e_tag: r.e_tag,
                 version: r.version,
             })),
-            Err(object_store::Error::Precondition { .. })
+            Err(object_store::Error::AlreadyExists { .. })
+            | Err(object_store::Error::Precondition { .. })
             | Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(store_error("replace", key, e)),
+            Err(e) => Err(store_error("write", key, e)),
         }
     }
 

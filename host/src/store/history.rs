@@ -214,22 +214,21 @@ impl Store {
         }
         let version = self.ref_version(location, from).await?;
         let reference = Ref::Version(from.branch.clone(), Some(version));
-        main.create_branch(name, reference, None)
-            .await
-            .map_err(|e| {
-                let api = ApiError::from(e);
-                if api.message.contains("already exists")
-                    || api.code == ErrorCode::ConcurrentModification
-                {
-                    ApiError::new(
-                        ErrorCode::TableBranchAlreadyExists,
-                        format!("branch already exists: {name}"),
-                    )
-                } else {
-                    api
-                }
-            })?;
-        Ok(())
+        let Err(e) = main.create_branch(name, reference, None).await else {
+            return Ok(());
+        };
+        let api = ApiError::from(e);
+        let exists = ApiError::new(
+            ErrorCode::TableBranchAlreadyExists,
+            format!("branch already exists: {name}"),
+        );
+        if api.message.contains("already exists") || api.code == ErrorCode::ConcurrentModification {
+            return Err(exists);
+        }
+        // Another node's create of the same branch can make this one fail in other ways (its
+        // conditional writes lose part-way); if the branch is there now, that is what happened.
+        let now = main.list_branches().await.map_err(ApiError::from)?;
+        Err(if now.contains_key(name) { exists } else { api })
     }
 
     pub async fn delete_branch(&self, location: &str, name: &str) -> ApiResult<()> {
