@@ -322,3 +322,33 @@ async fn a_node_shut_down_hands_its_backfill_over_at_once() {
     assert!(a.wait().success(), "a graceful exit");
     finished_exactly_once(&b, &job, 4, before).await;
 }
+
+#[tokio::test]
+async fn every_node_lists_and_cancels_the_same_jobs() {
+    let (_root, a, b, job, _) = backfill_in_progress("15s", 4).await;
+    let list = |s: &Server| {
+        let h = s.with_key(ADMIN_KEY);
+        async move {
+            let l = h.ok("/v1/jobs/list", json!({})).await;
+            let mut ids: Vec<String> = l["jobs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|j| format!("{} {}", j["job_id"], j["state"]))
+                .collect();
+            ids.sort();
+            ids
+        }
+    };
+    assert_eq!(list(&a).await, list(&b).await);
+    // Cancelled through the node that does not run it.
+    let d = b.ok("/v1/jobs/cancel", json!({"job_id": job})).await;
+    assert_eq!(d["job_state"], "CANCELLED", "{d}");
+    assert_eq!(a.describe_job(&job).await["job_state"], "CANCELLED");
+    assert_eq!(list(&a).await, list(&b).await);
+    // Whole commits only: every committed fragment has all its values, the rest none.
+    let values = doubled(&a, "k").await;
+    let done = values.iter().filter(|(_, v)| v.is_some()).count();
+    assert!(done % 20 == 0 && done >= 20, "{done} values");
+    assert!(values.iter().all(|(id, v)| v.is_none_or(|v| v == 2 * id)));
+}

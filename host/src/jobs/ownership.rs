@@ -39,24 +39,32 @@ async fn keep(
     mut stop: tokio::sync::oneshot::Receiver<()>,
 ) {
     let (root, ttl) = (app.jobs.root.clone(), app.jobs.lease_ttl);
+    // The record is read every second (a cancel sent to another node stops the job within
+    // about a second); the lease is renewed every third of its TTL.
+    let tick = (ttl / 3).min(std::time::Duration::from_secs(1));
+    let mut renewed = tokio::time::Instant::now();
     loop {
         tokio::select! {
             _ = &mut stop => {
                 lease.release(&root).await;
                 return;
             }
-            _ = tokio::time::sleep(ttl / 3) => {}
+            _ = tokio::time::sleep(tick) => {}
         }
-        match lease.renew(&root, ttl).await {
-            Ok(true) => {}
-            Ok(false) => {
-                tracing::warn!(key = %lease.key, "lost a job's lease to another node; stopping the job");
-                job.lost.store(true, Ordering::Relaxed);
-                return;
+        if renewed.elapsed() >= ttl / 3 {
+            match lease.renew(&root, ttl).await {
+                Ok(true) => renewed = tokio::time::Instant::now(),
+                Ok(false) => {
+                    tracing::warn!(key = %lease.key, "lost a job's lease to another node; stopping the job");
+                    job.lost.store(true, Ordering::Relaxed);
+                    return;
+                }
+                // Keep trying: if the store stays unreachable past the TTL, another node
+                // takes the job and the next renewal says so.
+                Err(e) => {
+                    tracing::warn!(key = %lease.key, error = %e, "cannot renew a job's lease")
+                }
             }
-            // Keep trying: if the store stays unreachable past the TTL, another node takes
-            // the job and the next renewal says so.
-            Err(e) => tracing::warn!(key = %lease.key, error = %e, "cannot renew a job's lease"),
         }
         if let Ok(r) = job.dir.load().await {
             if r.cancel_requested {
