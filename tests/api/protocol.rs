@@ -187,23 +187,9 @@ async fn batch_commit_publishes_a_staged_manifest() {
     let s = Server::start().await;
     s.create_table("p", 2).await; // v1
     s.post_arrow("/v1/table/p/insert", &sample(2, 3)).await; // v2
-    let described = s.ok("/v1/table/p/describe", json!({})).await;
-    let location = described["location"]
-        .as_str()
-        .unwrap()
-        .trim_start_matches("file://")
-        .to_string();
     // Stage a manifest the way a client with managed versioning stages its next version.
-    let versions = std::path::Path::new(&location).join("_versions");
-    let newest = std::fs::read_dir(&versions)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "manifest"))
-        .max_by_key(|p| std::fs::metadata(p).unwrap().modified().unwrap())
-        .unwrap();
-    let staged = std::path::Path::new(&location).join("staged.manifest");
-    std::fs::copy(&newest, &staged).unwrap();
-    let staged_path = staged.to_str().unwrap().trim_start_matches('/').to_string();
+    let staged_path = crate::table_versions::stage(&s, "p", "staged.manifest").await;
+    let staged = std::path::PathBuf::from(format!("/{staged_path}"));
     let done = s
         .ok(
             "/v1/table/batch-commit",

@@ -7,7 +7,7 @@ use serde_json::json;
 use crate::common::*;
 
 /// A copy of `table`'s latest manifest staged in its directory; answers its object-store path.
-async fn stage(s: &Handle, table: &str, name: &str) -> String {
+pub(crate) async fn stage(s: &Handle, table: &str, name: &str) -> String {
     let location = s
         .ok(&format!("/v1/table/{table}/describe"), json!({}))
         .await["location"]

@@ -204,10 +204,6 @@ impl KeyRing {
         Ok(ring)
     }
 
-    pub fn source(&self) -> Option<&AuthSource> {
-        self.source.as_ref()
-    }
-
     async fn reload(&self) -> Result<(), String> {
         let Some(source) = &self.source else {
             return Ok(());

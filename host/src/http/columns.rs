@@ -4,10 +4,10 @@
 use axum::extract::State;
 use axum::response::Response;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::extract::{Common, JsonBody, Target};
-use super::transactions::write_transaction_id;
+use super::transactions::committed;
 use super::{AppState, reply};
 use crate::error::{ApiError, ApiResult};
 use crate::json_types::parse_data_type;
@@ -79,10 +79,7 @@ pub async fn add(
             .add(&app.store, &location, branch.as_deref(), virtuals)
             .await?
     };
-    Ok(reply(json!({
-        "version": version,
-        "transaction_id": write_transaction_id(&target.id, branch.as_deref(), version),
-    })))
+    Ok(reply(committed(&target.id, branch.as_deref(), version)))
 }
 
 #[derive(Deserialize, schemars::JsonSchema)]
@@ -161,10 +158,7 @@ pub async fn alter(
             .alter(&app.store, &location, branch.as_deref(), virtuals)
             .await?
     };
-    Ok(reply(json!({
-        "version": version,
-        "transaction_id": write_transaction_id(&target.id, branch.as_deref(), version),
-    })))
+    Ok(reply(committed(&target.id, branch.as_deref(), version)))
 }
 
 #[derive(Deserialize, Default, schemars::JsonSchema)]
@@ -190,8 +184,5 @@ pub async fn drop(
         .store
         .drop_columns(&location, branch.as_deref(), body.columns)
         .await?;
-    Ok(reply(json!({
-        "version": version,
-        "transaction_id": write_transaction_id(&target.id, branch.as_deref(), version),
-    })))
+    Ok(reply(committed(&target.id, branch.as_deref(), version)))
 }

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::extract::{Common, JsonBody, Target, page, paginate};
-use super::transactions::write_transaction_id;
+use super::transactions::committed;
 use super::{AppState, reply};
 use crate::error::{ApiError, ApiResult};
 use crate::store::{At, IndexOptions};
@@ -43,10 +43,7 @@ async fn create_with(
         .store
         .create_index(&location, branch.as_deref(), &opts)
         .await?;
-    Ok(reply(json!({
-        "version": version,
-        "transaction_id": write_transaction_id(&target.id, branch.as_deref(), version),
-    })))
+    Ok(reply(committed(&target.id, branch.as_deref(), version)))
 }
 
 pub async fn create(
@@ -137,10 +134,7 @@ pub async fn drop(
         .store
         .drop_index(&location, branch.as_deref(), &name)
         .await?;
-    Ok(reply(json!({
-        "version": version,
-        "transaction_id": write_transaction_id(&target.id, branch.as_deref(), version),
-    })))
+    Ok(reply(committed(&target.id, branch.as_deref(), version)))
 }
 
 /// `index/{name}/prewarm`: load the index into the server's cache before queries need it.

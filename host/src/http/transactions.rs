@@ -36,6 +36,14 @@ struct WriteTx {
     v: u64,
 }
 
+/// The answer of a write that committed `version`: the version and its transaction id.
+pub fn committed(table: &[String], branch: Option<&str>, version: u64) -> serde_json::Value {
+    serde_json::json!({
+        "version": version,
+        "transaction_id": write_transaction_id(table, branch, version),
+    })
+}
+
 /// The transaction id of a write that made `version` of `table` (`branch`).
 pub fn write_transaction_id(table: &[String], branch: Option<&str>, version: u64) -> String {
     let tx = WriteTx {

@@ -155,11 +155,11 @@ pub async fn restore(
         .store
         .restore(&location, branch.as_deref(), version as u64)
         .await?;
-    let transaction_id =
-        super::transactions::write_transaction_id(&target.id, branch.as_deref(), new_version);
-    Ok(reply(
-        json!({ "version": new_version, "transaction_id": transaction_id }),
-    ))
+    Ok(reply(super::transactions::committed(
+        &target.id,
+        branch.as_deref(),
+        new_version,
+    )))
 }
 
 #[derive(Deserialize, Default, schemars::JsonSchema)]

@@ -142,10 +142,6 @@ impl JobDir {
         }
     }
 
-    pub fn root(&self) -> &Arc<RootStore> {
-        &self.root
-    }
-
     fn record_key(&self) -> String {
         format!("{}/job.json", self.prefix)
     }

@@ -293,10 +293,14 @@ impl RootStore {
         Ok(names)
     }
 
-    /// Remove every object under `prefix`.
+    /// Remove every object under `prefix` (and, on a local root, the folder with the lock
+    /// files `replace` left in it).
     pub async fn delete_all(&self, prefix: &str) -> ApiResult<()> {
         for key in self.list(prefix).await? {
             self.delete(&key).await?;
+        }
+        if let Some(dir) = &self.local {
+            let _ = tokio::fs::remove_dir_all(dir.join(prefix.trim_start_matches('/'))).await;
         }
         Ok(())
     }
