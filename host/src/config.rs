@@ -69,10 +69,12 @@ pub struct ServeConfig {
     #[arg(long, env = "LANCET_TENANT_MAX_IN_FLIGHT", default_value_t = 64)]
     pub tenant_max_in_flight: usize,
     /// Requests whose handlers run at once, shared fairly between tenants (admitted requests
-    /// over it wait, up to 30 s). Default: 2 per core.
+    /// over it wait, up to 30 s; a request running longer than 1 s gives its slot back).
+    /// Default: one per core.
     #[arg(long, env = "LANCET_MAX_RUNNING")]
     pub max_running: Option<usize>,
-    /// Of those, the most one tenant's requests hold. Default: one per core.
+    /// Of those, the share of one tenant: beyond it a tenant only borrows slots no other
+    /// tenant waits for. Default: half the cores (at least 1).
     #[arg(long, env = "LANCET_TENANT_MAX_RUNNING")]
     pub tenant_max_running: Option<usize>,
     /// Memory for request bodies being received or held by requests in flight, in MiB; a body

@@ -197,13 +197,19 @@ pub async fn admit_tenant(State(app): State<AppState>, request: Request, next: N
     if path.ends_with("/create_index") || path.ends_with("/create_scalar_index") {
         return next.run(request).await;
     }
-    let Some(_run) = app.admission.run.acquire(&tenant).await else {
+    let Some(mut run) = app.admission.run.acquire(&tenant).await else {
         app.metrics.reject("run_wait", &tenant);
         return slow_down(format!(
             "tenant '{tenant}' waited too long for the server to be free; slow down"
         ));
     };
-    next.run(request).await
+    let handler = next.run(request);
+    tokio::pin!(handler);
+    tokio::select! {
+        response = &mut handler => return response,
+        () = tokio::time::sleep(super::fair::DEMOTE_AFTER) => run.demote(),
+    }
+    handler.await
 }
 
 #[cfg(test)]
