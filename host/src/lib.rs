@@ -20,6 +20,7 @@ pub mod server;
 pub mod store;
 pub mod tenants;
 pub mod upkeep;
+pub mod uploads;
 pub mod virtual_columns;
 
 use auth::Authenticator;

@@ -15,6 +15,7 @@ mod hostile_bodies;
 mod indexes;
 mod jobs;
 mod metadata;
+mod multipart;
 mod namespaces;
 mod object_store;
 mod openapi;

@@ -41,6 +41,8 @@ pub struct Catalog {
     pub(crate) commit_lock: CatalogLock,
     /// batch-commit's intent records (`batch.rs`).
     intents: batch::Intents,
+    /// The tenant's server state under its root (intents, leases, uploads).
+    state: Arc<RootStore>,
 }
 
 impl Catalog {
@@ -70,7 +72,8 @@ impl Catalog {
             storage_options: options.clone(),
             known_namespaces: Mutex::default(),
             commit_lock: CatalogLock::new(state.clone(), node.to_string()),
-            intents: batch::Intents::new(state),
+            intents: batch::Intents::new(state.clone()),
+            state,
         };
         // A batch-commit a killed process left half-done is settled before anyone uses this,
         // unless another node holds the catalog lock (it may be in the middle of that batch;
@@ -95,6 +98,11 @@ impl Catalog {
 
     pub fn root(&self) -> &str {
         &self.root
+    }
+
+    /// The store of server state under this catalog's root (see `root`).
+    pub fn state(&self) -> &RootStore {
+        &self.state
     }
 
     /// The storage location of table `id`; 404 `TableNotFound` when the catalog has no such table.

@@ -21,7 +21,11 @@ fn tx(target: &Target, branch: &Option<String>, version: u64) -> String {
 }
 
 /// Writes to a table that is only declared create it (spec part 3).
-async fn is_declared_only(app: &AppState, location: &str, branch: Option<&str>) -> ApiResult<bool> {
+pub(super) async fn is_declared_only(
+    app: &AppState,
+    location: &str,
+    branch: Option<&str>,
+) -> ApiResult<bool> {
     match app.store.latest(location, branch).await {
         Ok(_) => Ok(false),
         Err(e) if e.code == ErrorCode::TableNotFound && branch.is_none() => Ok(true),
@@ -46,6 +50,14 @@ pub async fn insert(
             )));
         }
     };
+    if target.params.string("upload_id").is_some() {
+        return super::multipart::part(&app, &target, body, overwrite).await;
+    }
+    if target.params.string("upload_part_id").is_some() {
+        return Err(ApiError::invalid(
+            "upload_part_id is only valid with upload_id",
+        ));
+    }
     let rows = body.num_rows();
     let ds = if is_declared_only(&app, &location, branch.as_deref()).await? {
         app.store

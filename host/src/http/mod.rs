@@ -17,6 +17,7 @@ pub use extract::Target;
 mod indexes;
 mod jobs;
 mod metadata;
+mod multipart;
 mod namespaces;
 mod observe;
 pub mod openapi;
@@ -51,8 +52,9 @@ use crate::error::{ApiError, ApiResult};
 pub type AppState = Arc<App>;
 
 /// The version the lancedb SDK reads from `phalanx-version` to decide which request shapes
-/// the server understands (0.3: structured full-text queries, multivector).
-pub const PHALANX_VERSION: &str = "0.3.0";
+/// the server understands (0.3: structured full-text queries, multivector; 0.4: multipart
+/// writes).
+pub const PHALANX_VERSION: &str = "0.4.0";
 
 /// One row of the route table: method, path, the role it needs, and what the request carries
 /// (body kind and schema, query parameters) and the answer is, for `/v1/openapi.json`. Every
@@ -209,7 +211,25 @@ fn build() -> Routes {
     .params(&[CREATE_MODE, PROPERTIES, STORAGE_OPTIONS])
     // Tables: data
     .post("/v1/table/{id}/insert", Write, data::insert)
-    .params(&[INSERT_MODE, BRANCH])
+    .params(&[INSERT_MODE, BRANCH, UPLOAD_ID, UPLOAD_PART_ID])
+    .post(
+        "/v1/table/{id}/multipart_write/create",
+        Write,
+        multipart::create,
+    )
+    .params(&[BRANCH])
+    .post(
+        "/v1/table/{id}/multipart_write/complete",
+        Write,
+        multipart::complete,
+    )
+    .params(&[UPLOAD_ID_REQUIRED, BRANCH])
+    .post(
+        "/v1/table/{id}/multipart_write/abort",
+        Write,
+        multipart::abort,
+    )
+    .params(&[UPLOAD_ID_REQUIRED, BRANCH])
     .post("/v1/table/{id}/merge_insert", Write, data::merge_insert)
     .params(&[
         ON,

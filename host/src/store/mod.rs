@@ -11,6 +11,7 @@ mod history;
 mod indexes;
 mod prewarm;
 mod query;
+mod staged;
 mod upkeep;
 mod vector_cache;
 mod write;

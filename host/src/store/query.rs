@@ -59,7 +59,9 @@ impl QuerySpec {
         if let Some(p) = &self.projection {
             match p {
                 Projection::Names(names) => {
-                    for n in names {
+                    // The scanner supplies `_rowid`, `_rowaddr`, `_rowoffset`... itself (the
+                    // lancedb client's take_offsets asks for `_rowoffset`).
+                    for n in names.iter().filter(|n| !lance_core::is_system_column(n)) {
                         crate::field_path::resolve(ds.schema(), n)?;
                     }
                     scan.project(names).map_err(ApiError::from)?;

@@ -42,7 +42,7 @@ pub struct MergeCounts {
     pub version: u64,
 }
 
-fn write_params(store: &Store, mode: WriteMode) -> WriteParams {
+pub(super) fn write_params(store: &Store, mode: WriteMode) -> WriteParams {
     WriteParams {
         mode,
         session: Some(store.session()),
@@ -51,7 +51,7 @@ fn write_params(store: &Store, mode: WriteMode) -> WriteParams {
     }
 }
 
-fn require_rows(batches: &[RecordBatch]) -> ApiResult<()> {
+pub(super) fn require_rows(batches: &[RecordBatch]) -> ApiResult<()> {
     if batches.is_empty() {
         return Err(ApiError::invalid(
             "the Arrow stream carries no record batch",
@@ -261,7 +261,7 @@ fn bad_filter(field: &'static str) -> impl Fn(lance_core::Error) -> ApiError {
 /// retention window was shorter than the write took) finds that version's manifest missing
 /// when lance checks its commit against newer ones: nothing was written, and a retry starts
 /// from the latest version, so it is a 409 to retry, not a 404.
-fn commit_error(err: lance_core::Error) -> ApiError {
+pub(super) fn commit_error(err: lance_core::Error) -> ApiError {
     let api = ApiError::from(err);
     let not_found = matches!(
         api.code,

@@ -125,3 +125,19 @@ pub const JOB_STATE: Param = Param::new(
     Kind::Choice(&["IN_PROGRESS", "DONE", "FAILED", "CANCELLED"]),
     "Only jobs in this state.",
 );
+pub const UPLOAD_ID: Param = Param::new(
+    "upload_id",
+    Kind::Text,
+    "Multipart upload this insert is a part of (from `multipart_write/create`): its rows are \
+     staged and become visible only at `multipart_write/complete`.",
+);
+pub const UPLOAD_ID_REQUIRED: Param = Param {
+    required: true,
+    ..UPLOAD_ID
+};
+pub const UPLOAD_PART_ID: Param = Param::new(
+    "upload_part_id",
+    Kind::Text,
+    "The part's id within its upload (1-128 letters, digits, '-', '_'); sending a part again \
+     under the same id replaces it.",
+);
