@@ -13,6 +13,7 @@ mod errors;
 mod history;
 mod hostile_bodies;
 mod indexes;
+mod job_control;
 mod jobs;
 mod metadata;
 mod multipart;

@@ -59,10 +59,16 @@ class Lancet:
             return json.loads(r.read())
 
     def create_table(self, name, table: pa.Table):
+        return self._arrow(f"/v1/table/{name}/create", table)
+
+    def insert(self, name, table: pa.Table):
+        return self._arrow(f"/v1/table/{name}/insert", table)
+
+    def _arrow(self, path, table: pa.Table):
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, table.schema) as w:
             w.write_table(table)
-        return self.post(f"/v1/table/{name}/create", data=sink.getvalue().to_pybytes(), content_type="application/vnd.apache.arrow.stream")
+        return self.post(path, data=sink.getvalue().to_pybytes(), content_type="application/vnd.apache.arrow.stream")
 
     def stop(self):
         self.proc.terminate()

@@ -3,6 +3,7 @@ import base64
 import hashlib
 import json
 import os
+import time
 import urllib.error
 
 import lancedb
@@ -16,11 +17,14 @@ PLUGINS = os.environ.get(
 )
 
 
-def virtual_column(plugin, entry, inputs):
+def virtual_column(plugin, entry, inputs, config=None):
     with open(os.path.join(PLUGINS, plugin + ".wasm"), "rb") as f:
         wasm = f.read()
-    manifest = json.dumps({"abi": "lancet-udf/1", "module_sha256": hashlib.sha256(wasm).hexdigest(),
-                           "module_size": len(wasm), "entry": entry})
+    manifest = {"abi": "lancet-udf/1", "module_sha256": hashlib.sha256(wasm).hexdigest(),
+                "module_size": len(wasm), "entry": entry}
+    if config:
+        manifest["config"] = config
+    manifest = json.dumps(manifest)
     return {"input_columns": inputs, "udf": base64.b64encode(wasm).decode(), "manifest": manifest,
             "manifest_checksum": hashlib.sha256(manifest.encode()).hexdigest()}
 
@@ -56,3 +60,40 @@ def test_lancedb_waits_on_backfill_jobs(lancet):
     assert listed[failing.id].state == "failed"
     with pytest.raises(Exception):
         db.cancel_job(job_id)  # finished: 409
+
+
+def test_lancedb_pauses_resumes_and_reads_job_events(lancet):
+    """pause_job / resume_job / Job.events: a paused backfill stops where it stands and
+    finishes after a resume; its history comes back as an Arrow table."""
+    lancet.post("/v1/namespace/test/create")
+    ids = list(range(120))
+    lancet.create_table("test$pj", pa.table({"id": ids[:20], "text": [f"r{i}" for i in ids[:20]]}))
+    for start in range(20, 120, 20):
+        lancet.insert("test$pj", pa.table({"id": ids[start:start + 20], "text": [f"r{i}" for i in ids[start:start + 20]]}))
+    spin = virtual_column("misbehave", "slow_double", ["id"], {"spin": "300000"})
+    lancet.post("/v1/table/test$pj/add_columns", {"new_columns": [{"name": "dbl", "virtual_column": spin}]})
+    db = lancedb.connect("db://test", api_key=lancet.key, host_override=lancet.base, region="us-east-1")
+    job_id = lancet.post("/v1/table/test$pj/backfill_column", {
+        "column": "dbl", "commit_granularity": 1, "checkpoint_size": 2, "max_checkpoint_size": 2,
+        "concurrency": 1})["job_id"]
+    assert db.pause_job(job_id) == "pausing"
+    assert db.pause_job(job_id) == "already_paused"
+    job = db.open_job(job_id)
+    for _ in range(300):
+        if job.status() == "PAUSED":
+            break
+        time.sleep(0.1)
+        job = db.open_job(job_id)
+    assert job.status() == "PAUSED"
+    assert db.resume_job(job_id) == "resumed"
+    assert db.open_job(job_id).wait() is None
+    events = db.open_job(job_id).events()
+    assert isinstance(events, pa.Table)
+    states = events["state"].to_pylist()
+    for want in ["created", "pause_requested", "paused", "resumed", "done"]:
+        assert want in states, (want, states)
+    done = db.open_job(job_id).events(filter="state = 'claim_complete'")
+    assert sum(done["rows_processed"].to_pylist()) == 120
+    with pytest.raises(Exception) as err:
+        db.resume_job(job_id)  # finished: 409
+    assert "409" in str(err.value)

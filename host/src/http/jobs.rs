@@ -1,9 +1,10 @@
-//! `/v1/table/{id}/backfill_column` and `/v1/jobs/{describe,list,cancel}`. Validation and the
+//! `/v1/table/{id}/backfill_column` and `/v1/jobs/{describe,list,cancel,pause,resume,
+//! query_events}`. Validation and the
 //! work itself live in `crate::jobs`; this layer decodes bodies and
 //! scopes every job to the caller's tenant.
 
 use axum::extract::State;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -79,6 +80,69 @@ pub async fn cancel(
     )))
 }
 
+pub async fn pause(
+    State(app): State<AppState>,
+    caller: Caller,
+    JsonBody(body): JsonBody<JobBody>,
+) -> ApiResult<Response> {
+    Ok(reply(app.jobs.pause(caller.tenant(), job_id(&body)?).await?))
+}
+
+pub async fn resume(
+    State(app): State<AppState>,
+    caller: Caller,
+    JsonBody(body): JsonBody<JobBody>,
+) -> ApiResult<Response> {
+    Ok(reply(
+        app.jobs
+            .resume(&app, caller.tenant(), job_id(&body)?)
+            .await?,
+    ))
+}
+
+#[derive(Deserialize, Default, schemars::JsonSchema)]
+#[serde(default)]
+pub struct EventsBody {
+    job_id: Option<String>,
+    /// The newest this many events (default 1000, at most 10000).
+    limit: Option<u64>,
+    /// SQL over the event columns, e.g. `state = 'claim_complete'`.
+    filter: Option<String>,
+}
+
+/// The job's history as an Arrow IPC stream (the lancedb client reads it so).
+pub async fn query_events(
+    State(app): State<AppState>,
+    caller: Caller,
+    JsonBody(body): JsonBody<EventsBody>,
+) -> ApiResult<Response> {
+    let id = job_id(&JobBody {
+        job_id: body.job_id.clone(),
+    })?
+    .to_string();
+    let limit = body.limit.map(|l| l.min(usize::MAX as u64) as usize);
+    let batch = app
+        .jobs
+        .events(caller.tenant(), &id, body.filter.as_deref(), limit)
+        .await?;
+    let mut out = Vec::new();
+    let mut writer = arrow_ipc::writer::StreamWriter::try_new(&mut out, &batch.schema())
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    writer
+        .write(&batch)
+        .and_then(|()| writer.finish())
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    drop(writer);
+    Ok((
+        [(
+            axum::http::header::CONTENT_TYPE,
+            super::openapi::ARROW_STREAM,
+        )],
+        out,
+    )
+        .into_response())
+}
+
 #[derive(Deserialize, Default, schemars::JsonSchema)]
 #[serde(default)]
 #[schemars(rename = "ListJobsBody")]
@@ -132,7 +196,7 @@ pub async fn list(
         None => None,
         Some(s) => Some(JobState::parse(&s).ok_or_else(|| {
             ApiError::invalid(format!(
-                "unknown job_state '{s}' (IN_PROGRESS, DONE, FAILED, CANCELLED)"
+                "unknown job_state '{s}' (IN_PROGRESS, PAUSED, DONE, FAILED, CANCELLED)"
             ))
         })?),
     };

@@ -363,6 +363,10 @@ fn build() -> Routes {
     .get_post("/v1/jobs/list", Read, jobs::list)
     .params(&[LIMIT, PAGE_TOKEN, TABLE_ID, JOB_STATE, DELIMITER])
     .post("/v1/jobs/cancel", Write, jobs::cancel)
+    .post("/v1/jobs/pause", Write, jobs::pause)
+    .post("/v1/jobs/resume", Write, jobs::resume)
+    .post("/v1/jobs/query_events", Read, jobs::query_events)
+    .answers(Answer::ArrowStream)
 }
 
 /// Every route with its handler and role guard.

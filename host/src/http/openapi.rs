@@ -105,6 +105,8 @@ pub enum Answer {
     Count,
     /// Arrow IPC: file format, or stream format when `Accept` asks for it.
     Arrow,
+    /// Arrow IPC stream format.
+    ArrowStream,
 }
 
 /// A query parameter.
@@ -364,6 +366,10 @@ fn success(answer: Answer) -> Value {
         Answer::Arrow => json!({
             "description": "Arrow IPC: file format, or stream format when `Accept` names it.",
             "content": {ARROW_FILE: {}, ARROW_STREAM: {}},
+        }),
+        Answer::ArrowStream => json!({
+            "description": "Arrow IPC stream format.",
+            "content": {ARROW_STREAM: {}},
         }),
     }
 }

@@ -23,6 +23,7 @@ use futures::{StreamExt, TryStreamExt};
 use serde_json::json;
 
 use super::spec::BackfillSpec;
+use super::events::JobEvent;
 use super::state::{Checkpoint, Failure, FragmentPlan, FragmentStatus, Plan, covered};
 use super::{Job, Stop, read_at};
 use crate::App;
@@ -88,7 +89,9 @@ pub(super) async fn run(app: Arc<App>, job: Arc<Job>) {
     let (a, j) = (app.clone(), job.clone());
     let outcome = job.run_caught(async move { drive(&a, &j).await }).await;
     job.finish(outcome, result_of).await;
+    // A paused job keeps its checkpoints for its resumption.
     if !job.lost.load(Ordering::Relaxed)
+        && job.snapshot().state.is_terminal()
         && let Err(e) = job.dir.remove_all_checkpoints().await
     {
         tracing::warn!(error = %e, "cannot remove a finished job's checkpoints");
@@ -365,13 +368,30 @@ async fn plan(ctx: &Ctx) -> ApiResult<Plan> {
     })
 }
 
+/// Set a fragment's status, and log what it means in the job's events.
 fn set_status(r: &mut super::state::JobRecord, id: u64, status: FragmentStatus) {
-    if let Some(f) = r
+    let node = r.owner.clone().unwrap_or_default();
+    let Some(f) = r
         .plan
         .as_mut()
         .and_then(|p| p.fragments.iter_mut().find(|f| f.id == id))
-    {
-        f.status = status;
+    else {
+        return;
+    };
+    let event = match &status {
+        FragmentStatus::Staged { .. } => Some(JobEvent::runner("staged", &node)),
+        FragmentStatus::Committed { version, .. } => Some(
+            JobEvent::runner("claim_complete", &node).message(format!("committed as version {version}")),
+        ),
+        FragmentStatus::Skipped { reason } => {
+            Some(JobEvent::runner("skipped", &node).message(reason.clone()))
+        }
+        FragmentStatus::Pending | FragmentStatus::Unselected => None,
+    };
+    let rows = f.selected_rows;
+    f.status = status;
+    if let Some(event) = event {
+        r.log(event.entity(format!("fragment {id}")).rows(rows));
     }
 }
 

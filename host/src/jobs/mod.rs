@@ -4,8 +4,10 @@
 //! neither sees nor cancels them.
 
 mod backfill;
+pub mod events;
 pub mod optimize;
 mod ownership;
+mod pause;
 pub mod spec;
 pub mod state;
 pub mod transaction;
@@ -23,6 +25,7 @@ use crate::App;
 use crate::error::{ApiError, ApiResult};
 use crate::root::{Lease, RootStore};
 use crate::store::At;
+use events::JobEvent;
 use optimize::{OPTIMIZE, OptimizeSpec};
 use spec::{BackfillOptions, BackfillSpec, JobSpec};
 use state::{FragmentStatus, JobDir, JobRecord, JobState};
@@ -42,6 +45,8 @@ pub struct Job {
     record: Mutex<JobRecord>,
     progress: Progress,
     cancel: AtomicBool,
+    /// Set by a pause: the runner stops as for a cancel, but the job ends PAUSED.
+    pause: AtomicBool,
     /// The generation of the lease this node runs the job under (0: it does not run it).
     generation: AtomicU64,
     /// Set when this node lost the job's lease, or hands it over on shutdown: its runner stops
@@ -75,6 +80,7 @@ impl Job {
         Self {
             dir,
             cancel: AtomicBool::new(record.cancel_requested),
+            pause: AtomicBool::new(record.pause_requested),
             record: Mutex::new(record),
             progress: Progress::default(),
             generation: AtomicU64::new(0),
@@ -105,14 +111,20 @@ impl Job {
                 if fresh.cancel_requested {
                     self.cancel.store(true, Ordering::Relaxed);
                 }
+                if fresh.pause_requested {
+                    self.pause.store(true, Ordering::Relaxed);
+                }
                 *self.record.lock().unwrap() = fresh;
                 return Ok(());
             }
         }
     }
 
+    /// Whether the runner must stop: cancelled, paused, or lost to another node.
     fn cancelled(&self) -> bool {
-        self.cancel.load(Ordering::Relaxed) || self.lost.load(Ordering::Relaxed)
+        self.cancel.load(Ordering::Relaxed)
+            || self.pause.load(Ordering::Relaxed)
+            || self.lost.load(Ordering::Relaxed)
     }
 
     /// The describe answer: the shape the lancedb SDK polls, plus `progress`.
@@ -245,20 +257,32 @@ impl Job {
             tracing::warn!(job_id = %self.snapshot().job_id, "stopped a job another node took over");
             return;
         }
+        let node = self.snapshot().owner.unwrap_or_default();
         let saved = self
             .update(|r| {
-                r.finish_ms = Some(now_ms());
                 match &outcome {
+                    // Stopped for a pause (and not cancelled too): it resumes later.
+                    Err(Stop::Cancelled) if r.pause_requested && !r.cancel_requested => {
+                        r.state = JobState::Paused;
+                        r.log(JobEvent::runner("paused", &node));
+                        return;
+                    }
                     Ok(()) => {
                         r.state = JobState::Done;
                         r.result = Some(result(r));
+                        r.log(JobEvent::runner("done", &node));
                     }
-                    Err(Stop::Cancelled) => r.state = JobState::Cancelled,
+                    Err(Stop::Cancelled) => {
+                        r.state = JobState::Cancelled;
+                        r.log(JobEvent::runner("cancelled", &node));
+                    }
                     Err(Stop::Failed(f)) => {
                         r.state = JobState::Failed;
                         r.failure = Some(f.clone());
+                        r.log(JobEvent::runner("failed", &node).message(&f.message));
                     }
                 }
+                r.finish_ms = Some(now_ms());
             })
             .await;
         let r = self.snapshot();
@@ -571,6 +595,8 @@ impl JobManager {
             .ok_or_else(|| ApiError::internal("a new job's lease is taken"))?;
         record.owner = Some(self.node.clone());
         record.owner_generation = lease.generation;
+        record.log(JobEvent::api("created", &self.node));
+        record.log(JobEvent::new("claim", "runner", "scheduler", &self.node).entity("job"));
         let job = Arc::new(Job::new(dir.clone(), record.clone()));
         job.generation.store(lease.generation, Ordering::Relaxed);
         // Known as running here before its record exists, so the orphan scan of this very
@@ -666,7 +692,21 @@ impl JobManager {
             ));
         }
         job.cancel.store(true, Ordering::Relaxed);
-        job.update(|r| r.cancel_requested = true).await?;
+        let node = self.node.clone();
+        job.update(|r| {
+            r.cancel_requested = true;
+            r.log(JobEvent::api("cancel_requested", &node));
+            // A paused job has no runner to stop: it ends here.
+            if r.state == JobState::Paused {
+                r.state = JobState::Cancelled;
+                r.finish_ms = Some(now_ms());
+                r.log(JobEvent::api("cancelled", &node));
+            }
+        })
+        .await?;
+        if job.snapshot().state == JobState::Cancelled {
+            let _ = job.dir.remove_all_checkpoints().await;
+        }
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         loop {
             let job = self.get(tenant, job_id).await?;
@@ -708,6 +748,8 @@ fn new_record(
         failure: None,
         result: None,
         cancel_requested: false,
+        pause_requested: false,
+        events: Vec::new(),
         owner: None,
         owner_generation: 0,
         properties: Default::default(),

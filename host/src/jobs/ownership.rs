@@ -8,6 +8,8 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use super::events::JobEvent;
+use super::state::JobState;
 use super::{Job, backfill, optimize, spec::JobSpec};
 use crate::App;
 use crate::error::ApiResult;
@@ -21,11 +23,15 @@ pub(super) fn start(app: &Arc<App>, job: Arc<Job>, lease: Lease) {
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let keeper = tokio::spawn(keep(app.clone(), job.clone(), lease, stopped));
         match job.snapshot().spec {
-            JobSpec::Backfill(_) => backfill::run(app.clone(), job).await,
-            JobSpec::Optimize(_) => optimize::run(app.clone(), job).await,
+            JobSpec::Backfill(_) => backfill::run(app.clone(), job.clone()).await,
+            JobSpec::Optimize(_) => optimize::run(app.clone(), job.clone()).await,
         }
         let _ = stop.send(());
         let _ = keeper.await;
+        // A paused job no longer runs here: this node reads its record like any other.
+        if job.snapshot().state == JobState::Paused {
+            job.generation.store(0, Ordering::Relaxed);
+        }
         app.jobs.running.send_modify(|n| *n -= 1);
     });
 }
@@ -70,6 +76,9 @@ async fn keep(
             if r.cancel_requested {
                 job.cancel.store(true, Ordering::Relaxed);
             }
+            if r.pause_requested {
+                job.pause.store(true, Ordering::Relaxed);
+            }
             if r.owner_generation != lease.generation {
                 job.lost.store(true, Ordering::Relaxed);
                 return;
@@ -112,6 +121,10 @@ pub(super) async fn adopt_orphans(app: &Arc<App>) -> ApiResult<()> {
             manager.finished.lock().unwrap().insert(id, record);
             continue;
         }
+        // Paused jobs wait for `jobs/resume`.
+        if record.state == JobState::Paused {
+            continue;
+        }
         let Some(lease) = Lease::try_acquire(
             &manager.root,
             &dir.lease_key(),
@@ -134,6 +147,9 @@ pub(super) async fn adopt_orphans(app: &Arc<App>) -> ApiResult<()> {
             .update(|r| {
                 r.owner = Some(node.clone());
                 r.owner_generation = generation;
+                if !r.state.is_terminal() {
+                    r.log(JobEvent::new("claim", "runner", "scheduler", &node).entity("job"));
+                }
             })
             .await;
         let record = job.snapshot();

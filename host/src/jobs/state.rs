@@ -24,6 +24,8 @@ pub const JOBS: &str = "_jobs";
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum JobState {
     InProgress,
+    /// Stopped on request where it stood, its progress kept; `jobs/resume` continues it.
+    Paused,
     Done,
     Failed,
     Cancelled,
@@ -31,7 +33,7 @@ pub enum JobState {
 
 impl JobState {
     pub fn is_terminal(self) -> bool {
-        self != JobState::InProgress
+        !matches!(self, JobState::InProgress | JobState::Paused)
     }
 
     pub fn parse(s: &str) -> Option<Self> {
@@ -110,6 +112,13 @@ pub struct JobRecord {
     /// Set by cancel; a job found IN_PROGRESS with this set at start-up is not resumed.
     #[serde(default)]
     pub cancel_requested: bool,
+    /// Set by pause, cleared by resume: the running node stops the job where it stands and
+    /// records it PAUSED.
+    #[serde(default)]
+    pub pause_requested: bool,
+    /// What happened to the job (`events`), newest last.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<super::events::JobEvent>,
     /// The node running the job and the generation of its lease: a node that lost the lease
     /// (it stalled past the TTL and another took over) finds a newer generation here and
     /// stops instead of writing over the new owner's progress.

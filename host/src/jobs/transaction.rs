@@ -33,6 +33,7 @@ pub enum OnConflict {
 fn status(state: JobState) -> &'static str {
     match state {
         JobState::InProgress => "Running",
+        JobState::Paused => "Queued",
         JobState::Done => "Succeeded",
         JobState::Failed => "Failed",
         JobState::Cancelled => "Canceled",
