@@ -22,9 +22,13 @@ async fn events(s: &Server, body: Value) -> Result<RecordBatch, (u16, Value)> {
     let status = r.status().as_u16();
     let bytes = r.bytes().await.unwrap();
     if status != 200 {
-        return Err((status, serde_json::from_slice(&bytes).unwrap_or(Value::Null)));
+        return Err((
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        ));
     }
-    let reader = arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None).unwrap();
+    let reader =
+        arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None).unwrap();
     let schema = reader.schema();
     let batches: Vec<RecordBatch> = reader.map(Result::unwrap).collect();
     Ok(arrow_select::concat::concat_batches(&schema, &batches).unwrap())
@@ -69,23 +73,47 @@ async fn a_paused_backfill_stops_keeps_its_progress_and_resumes_to_the_end() {
 
     let ev = events(&s, json!({"job_id": job})).await.unwrap();
     let seen = states(&ev);
-    for want in ["created", "claim", "claim_complete", "pause_requested", "paused"] {
-        assert!(seen.iter().any(|s| s == want), "{want} missing from {seen:?}");
+    for want in [
+        "created",
+        "claim",
+        "claim_complete",
+        "pause_requested",
+        "paused",
+    ] {
+        assert!(
+            seen.iter().any(|s| s == want),
+            "{want} missing from {seen:?}"
+        );
     }
-    let done = events(&s, json!({"job_id": job, "filter": "state = 'claim_complete'"}))
+    let done = events(
+        &s,
+        json!({"job_id": job, "filter": "state = 'claim_complete'"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(done.num_rows() as u64, commits);
+    let rows = done
+        .column_by_name("rows_processed")
+        .unwrap()
+        .as_primitive::<UInt64Type>();
+    assert!((0..rows.len()).all(|i| rows.value(i) == 20));
+    let newest = events(&s, json!({"job_id": job, "limit": 1}))
         .await
         .unwrap();
-    assert_eq!(done.num_rows() as u64, commits);
-    let rows = done.column_by_name("rows_processed").unwrap().as_primitive::<UInt64Type>();
-    assert!((0..rows.len()).all(|i| rows.value(i) == 20));
-    let newest = events(&s, json!({"job_id": job, "limit": 1})).await.unwrap();
     assert_eq!(states(&newest), vec!["paused"]);
 
     let r = s.ok("/v1/jobs/resume", json!({"job_id": job})).await;
     assert_eq!(r["resumed"], true, "{r}");
-    let d = s.wait_job_until(&job, 120, |d| d["job_state"] != "IN_PROGRESS").await;
+    let d = s
+        .wait_job_until(&job, 120, |d| d["job_state"] != "IN_PROGRESS")
+        .await;
     assert_eq!(d["job_state"], "DONE", "{d}");
-    assert!(doubled(&s, "p").await.iter().all(|(id, v)| *v == Some(2 * id)));
+    assert!(
+        doubled(&s, "p")
+            .await
+            .iter()
+            .all(|(id, v)| *v == Some(2 * id))
+    );
     // Each fragment computed and committed once across the pause.
     assert_eq!(d["result"]["rows_written"], 160, "{d}");
     let total = d["result"]["commits"].as_u64().unwrap();
@@ -93,7 +121,11 @@ async fn a_paused_backfill_stops_keeps_its_progress_and_resumes_to_the_end() {
     assert_eq!(s.version("p").await, before + total);
     let ev = events(&s, json!({"job_id": job})).await.unwrap();
     let seen = states(&ev);
-    assert_eq!(seen.iter().filter(|s| *s == "claim_complete").count(), 8, "{seen:?}");
+    assert_eq!(
+        seen.iter().filter(|s| *s == "claim_complete").count(),
+        8,
+        "{seen:?}"
+    );
     assert_eq!(seen.last().map(String::as_str), Some("done"));
     assert!(seen.iter().any(|s| s == "resumed"));
 
@@ -118,9 +150,13 @@ async fn a_paused_job_can_be_cancelled_and_bad_requests_are_refused() {
         .await;
     // Resuming a running job changes nothing.
     let r = s.ok("/v1/jobs/resume", json!({"job_id": job})).await;
-    assert_eq!((r["resumed"].clone(), r["still_pausing"].clone()), (json!(false), json!(false)));
+    assert_eq!(
+        (r["resumed"].clone(), r["still_pausing"].clone()),
+        (json!(false), json!(false))
+    );
     s.ok("/v1/jobs/pause", json!({"job_id": job})).await;
-    s.wait_job_until(&job, 30, |d| d["job_state"] == "PAUSED").await;
+    s.wait_job_until(&job, 30, |d| d["job_state"] == "PAUSED")
+        .await;
     let d = s.ok("/v1/jobs/cancel", json!({"job_id": job})).await;
     assert_eq!(d["job_state"], "CANCELLED", "{d}");
     let seen = states(&events(&s, json!({"job_id": job})).await.unwrap());
@@ -130,7 +166,11 @@ async fn a_paused_job_can_be_cancelled_and_bad_requests_are_refused() {
         (json!({}), 400, 13),
         (json!({"job_id": "job-0000000000000-nothere"}), 404, 10),
         (json!({"job_id": job, "limit": 0}), 400, 13),
-        (json!({"job_id": job, "filter": "no_such_column = 1"}), 400, 13),
+        (
+            json!({"job_id": job, "filter": "no_such_column = 1"}),
+            400,
+            13,
+        ),
     ] {
         let (st, b) = events(&s, body.clone()).await.unwrap_err();
         assert_error(st, &b, status, code);
@@ -141,6 +181,9 @@ async fn a_paused_job_can_be_cancelled_and_bad_requests_are_refused() {
     }
     // Another tenant does not see the job.
     let other = s.new_key("other", "write", &[]).await;
-    let (st, b) = s.with_key(&other).post("/v1/jobs/pause", json!({"job_id": job})).await;
+    let (st, b) = s
+        .with_key(&other)
+        .post("/v1/jobs/pause", json!({"job_id": job}))
+        .await;
     assert_error(st, &b, 404, 10);
 }

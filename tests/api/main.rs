@@ -4,6 +4,7 @@ mod common;
 
 mod auth;
 mod batch;
+mod clone;
 mod concurrency;
 mod crash;
 mod crash_support;

@@ -142,3 +142,24 @@ def test_lancedb_take_offsets_and_row_ids(lancet):
     row_ids = ids["_rowid"].to_pylist()
     taken = t.take_row_ids(row_ids).to_arrow()
     assert sorted(taken["id"].to_pylist()) == [3, 7]
+
+
+def test_lancedb_clone_table(lancet):
+    """clone_table: a shallow clone at a version or tag is a table of its own."""
+    db = lancedb.connect("db://test", api_key=lancet.key, host_override=lancet.base, region="us-east-1")
+    src = db.create_table("cl_src", pa.table({"id": [1, 2, 3]}))
+    src.add(pa.table({"id": [4, 5]}))
+    src.tags.create("v1", 1)
+    at1 = db.clone_table("cl_at1", "cl_src", source_version=1)
+    assert at1.count_rows() == 3
+    assert db.clone_table("cl_tag", "cl_src", source_tag="v1").count_rows() == 3
+    latest = db.clone_table("cl_latest", "cl_src")
+    assert latest.count_rows() == 5
+    latest.add(pa.table({"id": [6]}))
+    assert latest.count_rows() == 6 and src.count_rows() == 5
+    try:
+        db.clone_table("cl_bad", "cl_src", source_version=42)
+        raise AssertionError("a clone of a missing version succeeded")
+    except Exception as e:
+        assert "42" in str(e), e
+    assert "cl_bad" not in db.table_names()

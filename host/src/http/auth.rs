@@ -55,6 +55,11 @@ impl Caller {
         Ok(full)
     }
 
+    /// Whether this credential covers catalog id `full` (database prefix included).
+    pub fn covers(&self, full: &[String]) -> bool {
+        self.grant.covers(full)
+    }
+
     /// A catalog id as the client sees it (the database prefix removed).
     pub fn unresolve(&self, id: &[String]) -> Vec<String> {
         match &self.database {

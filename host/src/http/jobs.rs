@@ -85,7 +85,9 @@ pub async fn pause(
     caller: Caller,
     JsonBody(body): JsonBody<JobBody>,
 ) -> ApiResult<Response> {
-    Ok(reply(app.jobs.pause(caller.tenant(), job_id(&body)?).await?))
+    Ok(reply(
+        app.jobs.pause(caller.tenant(), job_id(&body)?).await?,
+    ))
 }
 
 pub async fn resume(

@@ -7,6 +7,7 @@ mod arrow_body;
 pub mod auth;
 mod batch;
 mod branches;
+mod clone;
 mod columns;
 mod context;
 mod data;
@@ -201,6 +202,7 @@ fn build() -> Routes {
     .post("/v1/table/{id}/deregister", Admin, tables::deregister)
     .post("/v1/table/{id}/register", Admin, tables::register)
     .post("/v1/table/{id}/rename", Write, tables::rename)
+    .post("/v1/table/{id}/clone", Write, clone::clone)
     .post("/v1/table/{id}/stats", Read, tables::stats)
     .params(&[BRANCH])
     .post("/v1/table/batch-commit", Admin, batch::commit)

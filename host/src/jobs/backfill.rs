@@ -22,8 +22,8 @@ use arrow_select::interleave::interleave;
 use futures::{StreamExt, TryStreamExt};
 use serde_json::json;
 
-use super::spec::BackfillSpec;
 use super::events::JobEvent;
+use super::spec::BackfillSpec;
 use super::state::{Checkpoint, Failure, FragmentPlan, FragmentStatus, Plan, covered};
 use super::{Job, Stop, read_at};
 use crate::App;
@@ -381,7 +381,8 @@ fn set_status(r: &mut super::state::JobRecord, id: u64, status: FragmentStatus) 
     let event = match &status {
         FragmentStatus::Staged { .. } => Some(JobEvent::runner("staged", &node)),
         FragmentStatus::Committed { version, .. } => Some(
-            JobEvent::runner("claim_complete", &node).message(format!("committed as version {version}")),
+            JobEvent::runner("claim_complete", &node)
+                .message(format!("committed as version {version}")),
         ),
         FragmentStatus::Skipped { reason } => {
             Some(JobEvent::runner("skipped", &node).message(reason.clone()))

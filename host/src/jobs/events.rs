@@ -126,7 +126,12 @@ fn to_batch(job_id: &str, events: &[JobEvent]) -> ApiResult<RecordBatch> {
         text(|e| Some(&e.emitted_from)),
         text(|e| Some(&e.emitted_by)),
         text(|e| e.claim_entity.as_deref()),
-        Arc::new(events.iter().map(|e| e.rows_processed).collect::<UInt64Array>()),
+        Arc::new(
+            events
+                .iter()
+                .map(|e| e.rows_processed)
+                .collect::<UInt64Array>(),
+        ),
         text(|e| e.message.as_deref()),
     ];
     RecordBatch::try_new(schema(), columns).map_err(|e| ApiError::internal(e.to_string()))
@@ -188,13 +193,23 @@ mod tests {
     fn events_filter_and_limit() {
         let r = log(vec![
             JobEvent::api("created", "n1"),
-            JobEvent::runner("claim_complete", "n1").entity("fragment 0").rows(5),
-            JobEvent::runner("claim_complete", "n2").entity("fragment 1").rows(7),
+            JobEvent::runner("claim_complete", "n1")
+                .entity("fragment 0")
+                .rows(5),
+            JobEvent::runner("claim_complete", "n2")
+                .entity("fragment 1")
+                .rows(7),
             JobEvent::runner("done", "n2"),
         ]);
         let all = query("job-1", &r, None, None).unwrap();
         assert_eq!(all.num_rows(), 4);
-        let done = query("job-1", &r, Some("state = 'claim_complete' AND rows_processed > 5"), None).unwrap();
+        let done = query(
+            "job-1",
+            &r,
+            Some("state = 'claim_complete' AND rows_processed > 5"),
+            None,
+        )
+        .unwrap();
         assert_eq!(done.num_rows(), 1);
         let newest = query("job-1", &r, None, Some(2)).unwrap();
         let states = newest.column_by_name("state").unwrap();
@@ -207,7 +222,9 @@ mod tests {
 
     #[test]
     fn a_record_keeps_the_newest_events() {
-        let r = log((0..KEEP + 5).map(|i| JobEvent::runner(&format!("e{i}"), "n")).collect());
+        let r = log((0..KEEP + 5)
+            .map(|i| JobEvent::runner(&format!("e{i}"), "n"))
+            .collect());
         assert_eq!(r.len(), KEEP);
         assert_eq!(r[0].state, "e5");
     }
