@@ -10,6 +10,7 @@ mod crash;
 mod crash_support;
 mod crash_upkeep;
 mod data;
+mod declared_columns;
 mod errors;
 mod history;
 mod hostile_bodies;

@@ -163,3 +163,28 @@ def test_lancedb_clone_table(lancet):
     except Exception as e:
         assert "42" in str(e), e
     assert "cl_bad" not in db.table_names()
+
+
+def test_lancedb_null_and_computed_columns(lancet):
+    """add_columns(pa.field) adds all-null columns (an Arrow schema body); add_columns(computed=)
+    declares a SQL computed column that refresh_column_async (a backfill job) fills."""
+    db = lancedb.connect("db://test", api_key=lancet.key, host_override=lancet.base, region="us-east-1")
+    t = db.create_table("cc", pa.table({"x": [1, 2, 3]}))
+    t.add_columns(pa.field("n", pa.int64()))
+    t.add_columns([pa.field("s", pa.string()), pa.field("f", pa.float32())])
+    assert t.schema.field("n").type == pa.int64() and t.schema.field("s").type == pa.string()
+    t.add_columns(computed={"doubled": "x * 2"})
+    meta = t.schema.field("doubled").metadata
+    assert meta[b"computed_column.expression"] == b"x * 2"
+    t.add(pa.table({"x": [10]}))
+    rows = lambda: sorted(t.search().limit(100).to_arrow().to_pylist(), key=lambda r: r["x"])
+    assert [r["doubled"] for r in rows()] == [None] * 4
+    assert all(r["n"] is None and r["s"] is None for r in rows())
+    job = t.refresh_column_async("doubled")
+    job.wait()
+    assert [(r["x"], r["doubled"]) for r in rows()] == [(1, 2), (2, 4), (3, 6), (10, 20)]
+    try:
+        t.add_columns(computed={"bad": "no_such_column + 1"})
+        raise AssertionError("a computed column over a missing column was added")
+    except Exception as e:
+        assert "no_such_column" in str(e), e

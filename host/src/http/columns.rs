@@ -6,12 +6,13 @@ use axum::response::Response;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::extract::{Common, JsonBody, Target};
+use super::extract::{Common, JsonBody, JsonOrArrow, Target};
 use super::transactions::committed;
 use super::{AppState, reply};
 use crate::error::{ApiError, ApiResult};
 use crate::json_types::parse_data_type;
 use crate::store::Alteration;
+use crate::virtual_columns::declared;
 use crate::virtual_columns::{AlterVirtual, NewVirtual};
 
 #[derive(Deserialize, schemars::JsonSchema)]
@@ -19,6 +20,12 @@ pub struct NewColumn {
     name: String,
     expression: Option<String>,
     virtual_column: Option<NewVirtual>,
+    /// The lancedb client's computed column: a SQL expression, declared all-null and filled
+    /// by `backfill_column`.
+    computed: Option<String>,
+    /// The lancedb client's Function column: an output of the request's `function` binding.
+    #[serde(default)]
+    all_null: bool,
 }
 
 #[derive(Deserialize, Default, schemars::JsonSchema)]
@@ -27,13 +34,95 @@ pub struct AddBody {
     #[serde(flatten)]
     common: Common,
     new_columns: Vec<NewColumn>,
+    /// The Function binding of the `all_null` columns (the lancedb client's declaration).
+    function: Option<Value>,
+}
+
+/// What one add_columns request adds: columns of one kind only.
+enum Adding {
+    Sql(Vec<(String, String)>),
+    Virtual(Vec<(String, NewVirtual)>),
+    Computed(Vec<(String, String)>),
+    Function(Vec<String>),
+}
+
+fn classify(columns: Vec<NewColumn>, function: bool) -> ApiResult<Adding> {
+    let mut sql = Vec::new();
+    let mut virtuals = Vec::new();
+    let mut computed = Vec::new();
+    let mut outputs = Vec::new();
+    for col in columns {
+        if col.name.is_empty() {
+            return Err(ApiError::invalid("a new column needs a name"));
+        }
+        let expression = col.expression.filter(|e| !e.is_empty());
+        let given = [
+            expression.is_some(),
+            col.virtual_column.is_some(),
+            col.computed.is_some(),
+            col.all_null,
+        ];
+        match given.iter().filter(|g| **g).count() {
+            1 => {}
+            0 => {
+                return Err(ApiError::invalid(format!(
+                    "column '{}' needs an expression, a virtual_column, computed or all_null",
+                    col.name
+                )));
+            }
+            _ => {
+                return Err(ApiError::invalid(format!(
+                    "column '{}' has more than one of expression, virtual_column, computed, all_null",
+                    col.name
+                )));
+            }
+        }
+        if let Some(e) = expression {
+            sql.push((col.name, e));
+        } else if let Some(v) = col.virtual_column {
+            virtuals.push((col.name, v));
+        } else if let Some(c) = col.computed {
+            computed.push((col.name, c));
+        } else {
+            outputs.push(col.name);
+        }
+    }
+    if function != !outputs.is_empty() {
+        return Err(ApiError::invalid(
+            "function: all_null columns come with a function binding, and only they",
+        ));
+    }
+    let kinds = [
+        !sql.is_empty(),
+        !virtuals.is_empty(),
+        !computed.is_empty(),
+        !outputs.is_empty(),
+    ];
+    if kinds.iter().filter(|k| **k).count() > 1 {
+        return Err(ApiError::invalid(
+            "add SQL-expression, virtual, computed and function columns in separate requests",
+        ));
+    }
+    Ok(if !virtuals.is_empty() {
+        Adding::Virtual(virtuals)
+    } else if !computed.is_empty() {
+        Adding::Computed(computed)
+    } else if !outputs.is_empty() {
+        Adding::Function(outputs)
+    } else {
+        Adding::Sql(sql)
+    })
 }
 
 pub async fn add(
     State(app): State<AppState>,
     target: Target,
-    JsonBody(body): JsonBody<AddBody>,
+    body: JsonOrArrow<AddBody>,
 ) -> ApiResult<Response> {
+    let body = match body {
+        JsonOrArrow::Json(body) => body,
+        JsonOrArrow::Arrow(bytes) => return add_null(&app, &target, &bytes).await,
+    };
     target.check_body_id(&body.common.id)?;
     if body.new_columns.is_empty() {
         return Err(ApiError::invalid(
@@ -42,43 +131,41 @@ pub async fn add(
     }
     let location = target.catalog.locate(&target.id).await?;
     let branch = target.branch(&body.common.branch);
-    let mut sql = Vec::new();
-    let mut virtuals = Vec::new();
-    for col in body.new_columns {
-        if col.name.is_empty() {
-            return Err(ApiError::invalid("a new column needs a name"));
+    let branch = branch.as_deref();
+    let version = match classify(body.new_columns, body.function.is_some())? {
+        Adding::Sql(sql) => app.store.add_sql_columns(&location, branch, sql).await?,
+        Adding::Virtual(v) => {
+            app.virtual_columns
+                .add(&app.store, &location, branch, v)
+                .await?
         }
-        match (col.expression.filter(|e| !e.is_empty()), col.virtual_column) {
-            (Some(expr), None) => sql.push((col.name, expr)),
-            (None, Some(v)) => virtuals.push((col.name, v)),
-            (Some(_), Some(_)) => {
-                return Err(ApiError::invalid(format!(
-                    "column '{}' has both an expression and a virtual_column",
-                    col.name
-                )));
-            }
-            (None, None) => {
-                return Err(ApiError::invalid(format!(
-                    "column '{}' needs an expression or a virtual_column",
-                    col.name
-                )));
-            }
+        Adding::Computed(c) => declared::add_computed(&app.store, &location, branch, &c).await?,
+        Adding::Function(names) => {
+            let function = body.function.unwrap_or_default();
+            declared::add_function(&app.store, &location, branch, &names, &function).await?
         }
-    }
-    if !sql.is_empty() && !virtuals.is_empty() {
-        return Err(ApiError::invalid(
-            "add SQL-expression columns and virtual columns in separate requests",
-        ));
-    }
-    let version = if virtuals.is_empty() {
-        app.store
-            .add_sql_columns(&location, branch.as_deref(), sql)
-            .await?
-    } else {
-        app.virtual_columns
-            .add(&app.store, &location, branch.as_deref(), virtuals)
-            .await?
     };
+    Ok(reply(committed(&target.id, branch, version)))
+}
+
+/// Columns null in every row, from an Arrow IPC schema (the lancedb client's
+/// `add_columns(pa.field(...))`).
+async fn add_null(app: &AppState, target: &Target, bytes: &[u8]) -> ApiResult<Response> {
+    let schema = super::arrow_body::ArrowBody::decode(bytes)?.schema;
+    if schema.fields().is_empty() {
+        return Err(ApiError::invalid("the Arrow schema names no column"));
+    }
+    let location = target.catalog.locate(&target.id).await?;
+    let branch = target.branch(&None);
+    let fields: Vec<_> = schema
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone().with_nullable(true))
+        .collect();
+    let version = app
+        .store
+        .add_null_columns(&location, branch.as_deref(), fields)
+        .await?;
     Ok(reply(committed(&target.id, branch.as_deref(), version)))
 }
 

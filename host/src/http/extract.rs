@@ -192,6 +192,32 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     }
 }
 
+/// A JSON body, or the raw bytes of an Arrow IPC body when its content type says so
+/// (`add_columns` takes either: the lancedb client sends new all-null columns as an Arrow
+/// schema).
+pub enum JsonOrArrow<T> {
+    Json(T),
+    Arrow(Bytes),
+}
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonOrArrow<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let arrow = req
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|c| c.starts_with("application/vnd.apache.arrow"));
+        if arrow {
+            let bytes = Bytes::from_request(req, state).await.map_err(bytes_error)?;
+            return Ok(Self::Arrow(bytes));
+        }
+        let JsonBody(body) = JsonBody::from_request(req, state).await?;
+        Ok(Self::Json(body))
+    }
+}
+
 /// Fields every JSON request may carry (spec 2.2).
 #[derive(Debug, Default, Deserialize, Clone, schemars::JsonSchema)]
 #[serde(default)]

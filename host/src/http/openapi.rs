@@ -241,6 +241,13 @@ impl<T: JsonSchema> Documented for JsonBody<T> {
     }
 }
 
+/// Documented as its JSON form; the Arrow form is the lancedb client's (see the README).
+impl<T: JsonSchema> Documented for super::extract::JsonOrArrow<T> {
+    fn document(op: &mut Operation) {
+        op.body = Body::Json(schema_of::<T>);
+    }
+}
+
 impl<T: DeserializeOwned> Documented for Model<T> {
     fn document(op: &mut Operation) {
         op.add_param(params::DELIMITER);

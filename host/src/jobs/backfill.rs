@@ -123,14 +123,23 @@ fn result_of(r: &super::state::JobRecord) -> serde_json::Value {
             _ => {}
         }
     }
+    let skipped_rows: u64 = skipped.iter().filter_map(|s| s["rows"].as_u64()).sum();
+    let read_version = r.spec.backfill().map(|s| s.read_version);
     json!({
         "rows_written": rows_written,
         "rows_nulled": rows_nulled,
         "fragments_committed": committed,
         "fragments_skipped": skipped,
         "commits": r.commits,
-        "read_version": r.spec.backfill().map(|s| s.read_version),
+        "read_version": read_version,
         "version": version,
+        // The same, under the names of the lancedb client's refresh results.
+        "rows_filled": rows_written,
+        "rows_assigned": rows_written - rows_nulled,
+        "rows_failed": rows_nulled,
+        "rows_remaining": skipped_rows,
+        "source_version": read_version,
+        "published_version": version,
     })
 }
 

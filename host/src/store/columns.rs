@@ -51,6 +51,31 @@ impl Store {
         .await
     }
 
+    /// Set schema metadata key `key` to `merge(its current value)`, then add `fields` (null
+    /// in every existing row), under one write lock. The metadata goes first: alone it is
+    /// harmless, whereas columns without it would be half a declaration.
+    pub async fn add_null_columns_with_metadata(
+        &self,
+        location: &str,
+        branch: Option<&str>,
+        fields: Vec<Field>,
+        key: &str,
+        merge: impl FnOnce(Option<&str>) -> String + Send + 'static,
+    ) -> ApiResult<u64> {
+        let schema = Arc::new(ArrowSchema::new(fields));
+        let key = key.to_string();
+        self.evolve(location, branch, |ds| {
+            Box::pin(async move {
+                let value = merge(ds.schema().metadata.get(&key).map(String::as_str));
+                ds.update_schema_metadata([(key.as_str(), value.as_str())])
+                    .await?;
+                ds.add_columns(NewColumnTransform::AllNulls(schema), None, None)
+                    .await
+            })
+        })
+        .await
+    }
+
     pub async fn alter_columns(
         &self,
         location: &str,

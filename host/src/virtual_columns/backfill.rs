@@ -1,24 +1,35 @@
-//! A virtual column's UDF, resolved once for a backfill job: the definition stored with the
-//! table (optionally with another manifest for this job), prepared, and callable from
-//! blocking threads on batches of its input columns.
+//! What computes a column for a backfill job, resolved once per job: a virtual column's UDF
+//! (the definition stored with the table, optionally with another manifest for this job,
+//! prepared), or a computed column's SQL expression (`declared`); callable from blocking
+//! threads on batches of its input columns.
 
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch};
-use arrow_schema::{DataType, Field, Schema};
+use arrow_schema::{Field, Schema};
 use lancet_udf::{Limits, Manifest, OnError, PreparedUdf, Runtime};
 
 use super::compute::pick;
+use super::declared::{self, SqlRule};
 use super::{DEFINITION_KEY, Definition, VirtualColumns, udf_error};
 use crate::error::{ApiError, ApiResult};
 
-/// The UDF that computes one virtual column.
+/// What computes one column.
 pub struct ColumnUdf {
+    engine: Engine,
+    field: Field,
+}
+
+enum Engine {
+    Wasm(WasmUdf),
+    Sql(SqlRule),
+}
+
+struct WasmUdf {
     runtime: Runtime,
     prepared: Arc<PreparedUdf>,
     limits: Limits,
     def: Definition,
-    field: Field,
     /// The input columns' fields as the UDF receives them.
     inputs: Vec<Field>,
 }
@@ -46,6 +57,27 @@ impl VirtualColumns {
                 "'{column}' is not a top-level column; only virtual columns can be backfilled"
             ))
         })?;
+        match declared::kind(field) {
+            Some("sql") => {
+                if manifest.is_some_and(|m| !m.trim().is_empty()) {
+                    return Err(ApiError::invalid(format!(
+                        "manifest: column '{column}' is a SQL computed column, not a UDF"
+                    )));
+                }
+                return Ok(ColumnUdf {
+                    engine: Engine::Sql(declared::sql_rule(&arrow, field)?),
+                    field: field.clone(),
+                });
+            }
+            Some(kind) => {
+                return Err(ApiError::invalid(format!(
+                    "column '{column}' is a lancedb {kind} column: Lancet cannot run registered \
+                     Functions (its UDFs are Wasm modules: declare the column with a \
+                     virtual_column instead)"
+                )));
+            }
+            None => {}
+        }
         let def: Definition = field
             .metadata()
             .get(DEFINITION_KEY)
@@ -73,15 +105,17 @@ impl VirtualColumns {
             inputs.push(Field::new(name, f.data_type().clone(), true));
         }
         let udf = ColumnUdf {
-            runtime: (*self.runtime).clone(),
-            prepared,
-            limits: self.limits.clone(),
-            def,
+            engine: Engine::Wasm(WasmUdf {
+                runtime: (*self.runtime).clone(),
+                prepared,
+                limits: self.limits.clone(),
+                def,
+                inputs: inputs.clone(),
+            }),
             field: field.clone(),
-            inputs,
         };
         // A zero-row call checks an overriding manifest produces the column's type.
-        let empty = RecordBatch::new_empty(Arc::new(Schema::new(udf.inputs.clone())));
+        let empty = RecordBatch::new_empty(Arc::new(Schema::new(inputs)));
         udf.compute("definition", &empty)?;
         Ok(udf)
     }
@@ -89,21 +123,42 @@ impl VirtualColumns {
 
 impl ColumnUdf {
     pub fn input_columns(&self) -> &[String] {
-        &self.def.input_columns
+        match &self.engine {
+            Engine::Wasm(w) => &w.def.input_columns,
+            Engine::Sql(rule) => rule.inputs(),
+        }
     }
 
     pub fn on_error_null(&self) -> bool {
-        self.prepared.manifest().on_error == OnError::Null
+        match &self.engine {
+            Engine::Wasm(w) => w.prepared.manifest().on_error == OnError::Null,
+            Engine::Sql(_) => false,
+        }
     }
 
-    /// The UDF's name, for messages.
+    /// The UDF's name (or the expression), for messages.
     pub fn label(&self) -> &str {
-        self.prepared.label()
+        match &self.engine {
+            Engine::Wasm(w) => w.prepared.label(),
+            Engine::Sql(rule) => rule.expression(),
+        }
     }
 
-    /// Run the UDF for `tenant` over `batch` (which holds at least the input columns).
-    /// Blocks for up to the call's time limit: call it from a blocking thread.
+    /// Compute the column for `tenant` over `batch` (which holds at least the input
+    /// columns). A UDF blocks for up to the call's time limit: call it from a blocking thread.
     pub fn compute(&self, tenant: &str, batch: &RecordBatch) -> ApiResult<Computed> {
+        match &self.engine {
+            Engine::Wasm(w) => w.compute(tenant, batch, &self.field),
+            Engine::Sql(rule) => Ok(Computed {
+                values: rule.evaluate(batch, &self.field)?,
+                nulled: 0,
+            }),
+        }
+    }
+}
+
+impl WasmUdf {
+    fn compute(&self, tenant: &str, batch: &RecordBatch, field: &Field) -> ApiResult<Computed> {
         let mut arrays = Vec::with_capacity(self.inputs.len());
         for f in &self.inputs {
             arrays.push(batch.column_by_name(f.name()).cloned().ok_or_else(|| {
@@ -112,7 +167,13 @@ impl ColumnUdf {
         }
         let input = RecordBatch::try_new(Arc::new(Schema::new(self.inputs.clone())), arrays)
             .map_err(ApiError::from)?;
-        let expected = self.expected_type();
+        // The type the whole UDF result must have (for multi-output UDFs it is a struct,
+        // which is only known from a call, so nothing is imposed).
+        let expected = self
+            .def
+            .struct_field
+            .is_empty()
+            .then(|| field.data_type().clone());
         let out = self
             .runtime
             .invoke_with_stats(
@@ -123,19 +184,10 @@ impl ColumnUdf {
                 &self.limits,
             )
             .map_err(udf_error)?;
-        let values = pick(&out.array, &self.def.struct_field, &self.field)?;
+        let values = pick(&out.array, &self.def.struct_field, field)?;
         Ok(Computed {
             values,
             nulled: out.nulled_rows as u64,
         })
-    }
-
-    /// The type the whole UDF result must have (for multi-output UDFs it is a struct, which
-    /// is only known from a call, so nothing is imposed).
-    fn expected_type(&self) -> Option<DataType> {
-        self.def
-            .struct_field
-            .is_empty()
-            .then(|| self.field.data_type().clone())
     }
 }

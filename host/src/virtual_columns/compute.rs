@@ -1,6 +1,7 @@
 //! Computing virtual columns for rows being written: `auto_backfill` columns are computed by
-//! their UDF as part of the write (same commit); other virtual columns are written as null,
-//! to be filled by a backfill job.
+//! their UDF as part of the write (same commit); other virtual columns, and the lancedb
+//! client's computed and Function columns (`declared`), are written as null, to be filled by a
+//! backfill job.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,14 +19,16 @@ impl VirtualColumns {
     pub fn insert_hook<'a>(&'a self, tenant: &'a str) -> Box<RowTransform<'a>> {
         Box::new(move |ds, batches| {
             let schema = Schema::from(ds.schema());
-            let virtuals: Vec<(Field, Definition)> = schema
+            let virtuals: Vec<(Field, Option<Definition>)> = schema
                 .fields()
                 .iter()
                 .filter_map(|f| {
-                    f.metadata()
+                    let def = f
+                        .metadata()
                         .get(DEFINITION_KEY)
-                        .and_then(|t| serde_json::from_str(t).ok())
-                        .map(|d| (f.as_ref().clone(), d))
+                        .and_then(|t| serde_json::from_str(t).ok());
+                    (def.is_some() || super::declared::kind(f).is_some())
+                        .then(|| (f.as_ref().clone(), def))
                 })
                 .collect();
             if virtuals.is_empty() {
@@ -42,7 +45,7 @@ impl VirtualColumns {
         &self,
         tenant: &str,
         table: &Schema,
-        virtuals: &[(Field, Definition)],
+        virtuals: &[(Field, Option<Definition>)],
         batch: RecordBatch,
     ) -> ApiResult<RecordBatch> {
         let rows = batch.num_rows();
@@ -52,7 +55,7 @@ impl VirtualColumns {
             if batch.column_by_name(field.name()).is_some() {
                 continue; // the writer supplied the values
             }
-            let array = if def.auto_backfill {
+            let array = if let Some(def) = def.as_ref().filter(|d| d.auto_backfill) {
                 let key = def.group.join("\u{0}");
                 let result = match results.get(&key) {
                     Some(r) => r.clone(),

@@ -15,6 +15,7 @@ use crate::error::ApiError;
 
 mod backfill;
 mod compute;
+pub mod declared;
 mod define;
 
 pub use backfill::{ColumnUdf, Computed};

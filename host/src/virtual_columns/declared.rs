@@ -1,0 +1,236 @@
+//! Columns the lancedb client declares by a rule rather than by values: SQL computed columns
+//! (`{"name", "computed": "<expr>"}`) and registered-Function columns (`{"name", "all_null":
+//! true}` with a `function` binding). Both are added as all-null columns carrying the rule
+//! under lancedb's own metadata keys, so the client reads them back as it wrote them.
+//!
+//! A computed column is filled by a backfill job (`backfill_column`: the client's
+//! `refresh_column_async`) that evaluates its expression (see [`SqlRule`]). A Function column
+//! is declared and stored, but nothing here can run it: Lancet's UDFs are Wasm modules
+//! (`virtual_column`), not the registry's Functions, and a backfill of one says so.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{Field, Schema, SchemaRef};
+use datafusion_physical_expr_common::physical_expr::PhysicalExpr;
+use lance_datafusion::planner::Planner;
+use serde_json::Value;
+
+use crate::error::{ApiError, ApiResult};
+use crate::json_types::parse_data_type;
+use crate::store::Store;
+
+pub const COMPUTED_KEY: &str = "computed_column";
+pub const KIND_KEY: &str = "computed_column.kind";
+pub const EXPRESSION_KEY: &str = "computed_column.expression";
+pub const INPUTS_KEY: &str = "computed_column.inputs";
+pub const BINDING_ID_KEY: &str = "computed_column.function.binding_id";
+pub const OUTPUT_ORDINAL_KEY: &str = "computed_column.function.output_ordinal";
+/// Schema metadata: every Function binding of the table, as the client sent them.
+pub const BINDINGS_KEY: &str = "lancedb::function_bindings";
+
+/// The kind of rule a declared column carries, if any.
+pub fn kind(field: &Field) -> Option<&str> {
+    (field.metadata().get(COMPUTED_KEY).map(String::as_str) == Some("true"))
+        .then(|| field.metadata().get(KIND_KEY).map_or("", String::as_str))
+}
+
+/// A SQL expression over the table's columns, typed and planned.
+pub struct SqlRule {
+    expression: String,
+    inputs: Vec<String>,
+    physical: Arc<dyn PhysicalExpr>,
+    schema: SchemaRef,
+}
+
+impl SqlRule {
+    pub fn plan(table: &Schema, expression: &str) -> ApiResult<Self> {
+        let bad = |e: &dyn std::fmt::Display| {
+            ApiError::invalid(format!("computed expression '{expression}': {e}"))
+        };
+        let schema = Arc::new(table.clone());
+        let planner = Planner::new(schema.clone());
+        let expr = planner.parse_expr(expression).map_err(|e| bad(&e))?;
+        let inputs: Vec<String> = Planner::column_names_in_expr(&expr);
+        if inputs.is_empty() {
+            return Err(bad(&"it reads no column"));
+        }
+        let expr = planner.optimize_expr(expr).map_err(|e| bad(&e))?;
+        let physical = planner.create_physical_expr(&expr).map_err(|e| bad(&e))?;
+        physical.data_type(&schema).map_err(|e| bad(&e))?;
+        Ok(Self {
+            expression: expression.to_string(),
+            inputs,
+            physical,
+            schema,
+        })
+    }
+
+    pub fn inputs(&self) -> &[String] {
+        &self.inputs
+    }
+
+    pub fn expression(&self) -> &str {
+        &self.expression
+    }
+
+    /// The all-null field that declares `name` as this rule's column.
+    pub fn field(&self, name: &str) -> ApiResult<Field> {
+        let data_type = self
+            .physical
+            .data_type(&self.schema)
+            .map_err(|e| ApiError::invalid(e.to_string()))?;
+        let metadata = HashMap::from([
+            (COMPUTED_KEY.to_string(), "true".to_string()),
+            (KIND_KEY.to_string(), "sql".to_string()),
+            (EXPRESSION_KEY.to_string(), self.expression.clone()),
+            (
+                INPUTS_KEY.to_string(),
+                serde_json::to_string(&self.inputs).unwrap_or_default(),
+            ),
+        ]);
+        Ok(Field::new(name, data_type, true).with_metadata(metadata))
+    }
+
+    /// The rule's values for `batch` (which holds at least its inputs, under their names).
+    pub fn evaluate(&self, batch: &RecordBatch, target: &Field) -> ApiResult<ArrayRef> {
+        // The expression was planned against the whole table: give it the columns it reads
+        // at their table positions, nulls elsewhere.
+        let rows = batch.num_rows();
+        let columns: Vec<ArrayRef> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| {
+                batch
+                    .column_by_name(f.name())
+                    .cloned()
+                    .unwrap_or_else(|| arrow_array::new_null_array(f.data_type(), rows))
+            })
+            .collect();
+        let nullable = Arc::new(Schema::new(
+            self.schema
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone().with_nullable(true))
+                .collect::<Vec<_>>(),
+        ));
+        let full = RecordBatch::try_new(nullable, columns).map_err(ApiError::from)?;
+        let values = self
+            .physical
+            .evaluate(&full)
+            .and_then(|v| v.into_array(rows))
+            .map_err(|e| {
+                ApiError::invalid(format!("computed expression '{}': {e}", self.expression))
+            })?;
+        if values.data_type() == target.data_type() {
+            return Ok(values);
+        }
+        arrow_cast::cast(&values, target.data_type()).map_err(ApiError::from)
+    }
+}
+
+/// The rule of computed column `field` (declared with kind `sql`) against `table`.
+pub fn sql_rule(table: &Schema, field: &Field) -> ApiResult<SqlRule> {
+    let expression = field.metadata().get(EXPRESSION_KEY).ok_or_else(|| {
+        ApiError::invalid(format!(
+            "computed column '{}' carries no expression",
+            field.name()
+        ))
+    })?;
+    SqlRule::plan(table, expression)
+}
+
+/// Declare SQL computed columns `(name, expression)`: one commit adding them all-null.
+pub async fn add_computed(
+    store: &Store,
+    location: &str,
+    branch: Option<&str>,
+    columns: &[(String, String)],
+) -> ApiResult<u64> {
+    let ds = store.latest(location, branch).await?;
+    let table = Schema::from(ds.schema());
+    let mut fields = Vec::new();
+    for (name, expression) in columns {
+        fields.push(SqlRule::plan(&table, expression)?.field(name)?);
+    }
+    store.add_null_columns(location, branch, fields).await
+}
+
+/// Declare the output columns `names` of a Function binding `function` (the lancedb client's
+/// declaration, kept as sent under [`BINDINGS_KEY`]).
+pub async fn add_function(
+    store: &Store,
+    location: &str,
+    branch: Option<&str>,
+    names: &[String],
+    function: &Value,
+) -> ApiResult<u64> {
+    let (fields, binding_id) = function_fields(names, function)?;
+    let function = function.clone();
+    store
+        .add_null_columns_with_metadata(location, branch, fields, BINDINGS_KEY, move |existing| {
+            let mut bindings: serde_json::Map<String, Value> = existing
+                .and_then(|b| serde_json::from_str(b).ok())
+                .unwrap_or_default();
+            bindings.insert(binding_id, function);
+            Value::Object(bindings).to_string()
+        })
+        .await
+}
+
+/// The all-null fields a Function declaration adds for its outputs `names`, each marked with
+/// a new binding id (returned too).
+fn function_fields(names: &[String], function: &Value) -> ApiResult<(Vec<Field>, String)> {
+    let bad = |m: String| ApiError::invalid(format!("function: {m}"));
+    let outputs = function["output_schema"]["fields"]
+        .as_array()
+        .ok_or_else(|| bad("output_schema.fields is required".into()))?;
+    let binding_id = uuid::Uuid::new_v4().to_string();
+    let mut fields = Vec::new();
+    for (ordinal, name) in names.iter().enumerate() {
+        let declared = outputs
+            .iter()
+            .find(|f| f["name"].as_str() == Some(name.as_str()))
+            .ok_or_else(|| bad(format!("output_schema has no field '{name}'")))?;
+        let data_type = parse_data_type(&declared["type"])?;
+        let metadata = HashMap::from([
+            (COMPUTED_KEY.to_string(), "true".to_string()),
+            (KIND_KEY.to_string(), "function".to_string()),
+            (BINDING_ID_KEY.to_string(), binding_id.clone()),
+            (OUTPUT_ORDINAL_KEY.to_string(), ordinal.to_string()),
+        ]);
+        fields.push(Field::new(name, data_type, true).with_metadata(metadata));
+    }
+    Ok((fields, binding_id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::Int64Array;
+    use arrow_schema::DataType;
+
+    #[test]
+    fn a_sql_rule_is_typed_and_evaluated_over_its_inputs() {
+        let table = Schema::new(vec![
+            Field::new("x", DataType::Int64, false),
+            Field::new("s", DataType::Utf8, true),
+        ]);
+        let rule = SqlRule::plan(&table, "x * 2 + 1").unwrap();
+        assert_eq!(rule.inputs(), ["x"]);
+        let field = rule.field("y").unwrap();
+        assert_eq!(kind(&field), Some("sql"));
+        let only_x = RecordBatch::try_new(
+            Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)])),
+            vec![Arc::new(Int64Array::from(vec![1, 5]))],
+        )
+        .unwrap();
+        let values = rule.evaluate(&only_x, &field).unwrap();
+        let values = values.as_any().downcast_ref::<Int64Array>().unwrap();
+        assert_eq!(values.values(), &[3, 11]);
+        assert!(SqlRule::plan(&table, "nope + 1").is_err());
+        assert!(SqlRule::plan(&table, "1 + 1").is_err(), "reads no column");
+    }
+}
