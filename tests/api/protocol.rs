@@ -23,13 +23,13 @@ async fn context_maps_to_headers_both_ways() {
         "req-42",
         "request context header.* must become a request header"
     );
-    assert_eq!(r.headers()["phalanx-version"], "0.3.0");
+    assert_eq!(r.headers()["phalanx-version"], "0.4.0");
     let body: serde_json::Value = r.json().await.unwrap();
     assert_eq!(
         body["context"]["header.x-request-id"], "req-42",
         "response headers must come back in context"
     );
-    assert_eq!(body["context"]["header.phalanx-version"], "0.3.0");
+    assert_eq!(body["context"]["header.phalanx-version"], "0.4.0");
     assert!(body["context"].get("header.x-api-key").is_none());
 }
 
@@ -187,8 +187,15 @@ async fn batch_commit_publishes_a_staged_manifest() {
     let s = Server::start().await;
     s.create_table("p", 2).await; // v1
     s.post_arrow("/v1/table/p/insert", &sample(2, 3)).await; // v2
-    // Stage a manifest the way a client with managed versioning stages its next version.
+    // Stage version 3's manifest the way a client with managed versioning stages its next
+    // version: written by lance (an insert), then taken out of the history.
+    s.post_arrow("/v1/table/p/insert", &sample(5, 1)).await; // v3
     let staged_path = crate::table_versions::stage(&s, "p", "staged.manifest").await;
+    s.ok(
+        "/v1/table/p/version/delete",
+        json!({"ranges": [{"start_version": 3, "end_version": 4}]}),
+    )
+    .await;
     let staged = std::path::PathBuf::from(format!("/{staged_path}"));
     let done = s
         .ok(
@@ -206,7 +213,7 @@ async fn batch_commit_publishes_a_staged_manifest() {
     s.ok("/v1/table/other/exists", json!({})).await;
     let list = s.ok("/v1/table/p/version/list", json!({})).await;
     assert_eq!(list["versions"].as_array().unwrap().len(), 3, "{list}");
-    assert_eq!(s.count("p", json!({})).await, 5);
+    assert_eq!(s.count("p", json!({})).await, 6);
     // Publishing the same version again with other bytes is a conflict, and nothing is applied.
     std::fs::write(&staged, b"not the same manifest").unwrap();
     let (st, body) = s

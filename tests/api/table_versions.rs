@@ -51,6 +51,19 @@ async fn versions_are_created_and_deleted_through_the_namespace() {
     s.post_arrow("/v1/table/a/insert", &sample(5, 2)).await; // v3
     let (v, staged) = take_latest(&s, "a", "next.manifest").await;
     assert_eq!(s.count("a", json!({})).await, 5);
+    // A manifest staged for version 3 cannot be published as version 4.
+    let (st, b) = s
+        .post(
+            "/v1/table/a/version/create",
+            json!({"version": v + 1, "manifest_path": staged}),
+        )
+        .await;
+    assert_error(st, &b, 400, 13);
+    assert!(
+        b["detail"].as_str().unwrap().contains("is version 3"),
+        "{b}"
+    );
+    assert_eq!(s.version("a").await, 2);
     let r = s
         .ok(
             "/v1/table/a/version/create",

@@ -223,6 +223,23 @@ fn sha256(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
+/// The version a staged manifest file records; `None` when the bytes are no lance manifest.
+/// (Layout: the manifest message, a u32 length before it, and a 16-byte footer of its i64
+/// position and the magic `LANC`.)
+fn staged_version(bytes: &[u8]) -> Option<u64> {
+    use prost::Message;
+    let len = bytes.len();
+    if len < 20 || !bytes.ends_with(b"LANC") {
+        return None;
+    }
+    let position = i64::from_le_bytes(bytes[len - 16..len - 8].try_into().ok()?);
+    let start = usize::try_from(position).ok()?.checked_add(4)?;
+    let message = bytes.get(start..len - 16)?;
+    lance_table::format::pb::Manifest::decode(message)
+        .ok()
+        .map(|m| m.version)
+}
+
 /// Why a batch failed: the error, the operation (request index) it came from, and when.
 #[derive(Debug)]
 pub struct BatchFailure {
@@ -431,6 +448,21 @@ impl Catalog {
                             r.manifest_path
                         ))
                     })?;
+                match staged_version(&staged) {
+                    Some(v) if v == r.version as u64 => {}
+                    Some(v) => {
+                        return Err(ApiError::invalid(format!(
+                            "the staged manifest at '{}' is version {v}, not version {}",
+                            r.manifest_path, r.version
+                        )));
+                    }
+                    None => {
+                        return Err(ApiError::invalid(format!(
+                            "'{}' is not a lance manifest",
+                            r.manifest_path
+                        )));
+                    }
+                }
                 match self.version_manifest(id, &r.branch, r.version).await? {
                     Some(_) => Ok(Undo::Nothing),
                     None => Ok(Undo::DeleteVersion {
