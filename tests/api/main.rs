@@ -4,6 +4,7 @@ mod common;
 
 mod auth;
 mod batch;
+mod branch_merge;
 mod clone;
 mod concurrency;
 mod crash;

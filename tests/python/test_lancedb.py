@@ -188,3 +188,29 @@ def test_lancedb_null_and_computed_columns(lancet):
         raise AssertionError("a computed column over a missing column was added")
     except Exception as e:
         assert "no_such_column" in str(e), e
+
+
+def test_lancedb_branch_diff_and_cherry_pick(lancet):
+    """A column computed on a branch, diffed against main and picked into it."""
+    db = lancedb.connect("db://test", api_key=lancet.key, host_override=lancet.base, region="us-east-1")
+    t = db.create_table("br", pa.table({"id": [1, 2, 3]}))
+    feat = t.branches.create("feat")
+    feat.add_columns({"dbl": "id * 2"})
+    diff = t.branches.diff("feat")
+    assert [c["name"] for c in diff["addedColumns"]] == ["dbl"], diff
+    assert diff["errors"] == [] and diff["rowCountMain"] == 3
+    dry = t.branches.cherry_pick("feat", dry_run=True)
+    assert dry["status"] == "ready" and dry["preview"]["promotedColumns"] == ["dbl"]
+    assert "dbl" not in t.schema.names
+    done = t.branches.cherry_pick("feat")
+    assert done["status"] == "cherryPicked", done
+    rows = sorted(db.open_table("br").search().limit(10).to_arrow().to_pylist(), key=lambda r: r["id"])
+    assert [(r["id"], r["dbl"]) for r in rows] == [(1, 2), (2, 4), (3, 6)]
+    t = db.open_table("br")
+    t.add(pa.table({"id": [4], "dbl": [8]}))
+    late = t.branches.create("late")
+    t.add(pa.table({"id": [5], "dbl": [10]}))
+    late.add_columns({"sq": "id * id"})
+    failed = t.branches.cherry_pick("late")
+    assert failed["status"] == "failed"
+    assert "baseMoved" in [e["code"] for e in failed["diff"]["errors"]]

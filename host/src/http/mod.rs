@@ -6,6 +6,7 @@
 mod arrow_body;
 pub mod auth;
 mod batch;
+mod branch_merge;
 mod branches;
 mod clone;
 mod columns;
@@ -346,6 +347,12 @@ fn build() -> Routes {
     .post("/v1/table/{id}/branches/list", Read, branches::list)
     .params(&[LIMIT, PAGE_TOKEN])
     .post("/v1/table/{id}/branches/delete", Write, branches::delete)
+    .post("/v1/table/{id}/branches/diff", Read, branch_merge::diff)
+    .post(
+        "/v1/table/{id}/branches/cherry_pick",
+        Write,
+        branch_merge::cherry_pick,
+    )
     // Jobs
     .post(
         "/v1/table/{id}/backfill_column",
