@@ -31,6 +31,10 @@ pub struct ServeConfig {
     /// of it). Renewed every third of it.
     #[arg(long, env = "LANCET_JOB_LEASE_TTL", value_parser = humantime::parse_duration, default_value = "15s")]
     pub job_lease_ttl: std::time::Duration,
+    /// Tasks of backfills running on other nodes of the root that this node computes at once
+    /// (it helps whenever it scans the root and finds open tasks); 0 turns helping off.
+    #[arg(long, env = "LANCET_JOB_HELPER_TASKS", default_value_t = 1)]
+    pub job_helper_tasks: usize,
     /// Answer `storage_options` (this server's `--storage-option`s) to describe/declare
     /// requests that ask with `vend_credentials: true`, so clients can read tables directly.
     /// Off by default: they may hold credentials.

@@ -25,7 +25,8 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
     let (auth, tenant_limits) = authenticator(config, &root).await?;
     let runtime = lancet_udf::Runtime::new(udf_config(config, &root))?;
     let jobs = crate::jobs::JobManager::open(root.clone(), node_id.clone(), config.job_lease_ttl)
-        .with_upkeep_concurrency(config.upkeep_concurrency);
+        .with_upkeep_concurrency(config.upkeep_concurrency)
+        .with_helper_tasks(config.job_helper_tasks);
     Ok(Arc::new(App {
         tenants: Tenants::new(
             &root_uri,

@@ -187,3 +187,55 @@ async fn a_paused_job_can_be_cancelled_and_bad_requests_are_refused() {
         .await;
     assert_error(st, &b, 404, 10);
 }
+
+#[tokio::test]
+async fn a_second_node_helps_compute_a_backfill_and_every_row_is_written_once() {
+    let env = |node: &'static str| {
+        [
+            ("LANCET_SHARED_ROOT", "true"),
+            ("LANCET_JOB_LEASE_TTL", "3s"),
+            ("LANCET_NODE_ID", node),
+        ]
+    };
+    let a = Server::start_with(tempfile::tempdir().unwrap(), &env("node-a")).await;
+    let b = Server::start_at(a.data_dir(), &env("node-b")).await;
+    // Long enough (seconds) for b's scans of the root (every second here) to find it.
+    table_with_fragments(&a, "h", 8, 20).await;
+    add_virtual(&a, "h", "dbl", slow("30000000")).await;
+    let before = a.version("h").await;
+    let job = a
+        .backfill(
+            "h",
+            json!({"column": "dbl", "commit_granularity": 1, "checkpoint_size": 5,
+                   "max_checkpoint_size": 5, "concurrency": 1}),
+        )
+        .await;
+    let d = a.wait_job(&job).await;
+    assert_eq!(d["job_state"], "DONE", "{d}");
+    assert_eq!(d["result"]["rows_written"], 160, "{d}");
+    assert_eq!(d["result"]["fragments_committed"], 8);
+    let commits = d["result"]["commits"].as_u64().unwrap();
+    assert_eq!(
+        a.version("h").await,
+        before + commits,
+        "no fragment committed twice"
+    );
+    assert!(
+        doubled(&b, "h")
+            .await
+            .iter()
+            .all(|(id, v)| *v == Some(2 * id))
+    );
+    // Node b computed some of the tasks; node a committed them all.
+    let ev = events(&b, json!({"job_id": job})).await.unwrap();
+    let by = ev.column_by_name("emitted_by").unwrap().as_string::<i32>();
+    let st = ev.column_by_name("state").unwrap().as_string::<i32>();
+    let helped = (0..ev.num_rows())
+        .filter(|&i| st.value(i) == "task_complete" && by.value(i) == "node-b")
+        .count();
+    assert!(helped >= 1, "node b helped with no task: {:?}", states(&ev));
+    let committed_elsewhere = (0..ev.num_rows())
+        .filter(|&i| st.value(i) == "claim_complete" && by.value(i) != "node-a")
+        .count();
+    assert_eq!(committed_elsewhere, 0, "only the owner commits");
+}

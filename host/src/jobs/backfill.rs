@@ -25,7 +25,7 @@ use serde_json::json;
 use super::events::JobEvent;
 use super::spec::BackfillSpec;
 use super::state::{Checkpoint, Failure, FragmentPlan, FragmentStatus, Plan, covered};
-use super::{Job, Stop, read_at};
+use super::{Job, Stop, helper, read_at};
 use crate::App;
 use crate::error::{ApiError, ApiResult};
 use crate::store::{BackfillSource, StagedFile};
@@ -144,9 +144,9 @@ fn result_of(r: &super::state::JobRecord) -> serde_json::Value {
 }
 
 /// Everything the tasks of one run share.
-struct Ctx {
-    app: Arc<App>,
-    job: Arc<Job>,
+pub(super) struct Ctx {
+    pub(super) app: Arc<App>,
+    pub(super) job: Arc<Job>,
     source: BackfillSource,
     udf: Arc<ColumnUdf>,
     field: Field,
@@ -169,16 +169,55 @@ impl Ctx {
     }
 }
 
-struct Task {
-    fragment: u64,
-    start: u64,
-    end: u64,
+/// A range of a fragment's physical rows. `end` is where the task ends in the plan (a
+/// resumed task starts later but ends there): it names the task's claim (`helper`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Task {
+    pub(super) fragment: u64,
+    pub(super) start: u64,
+    pub(super) end: u64,
 }
 
-async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
-    if app.fault_injection && std::env::var_os("LANCET_FAULT_JOB_PANIC").is_some() {
-        panic!("fault injected by LANCET_FAULT_JOB_PANIC");
+/// The tasks of the plan's pending fragments not yet covered by checkpoints; how many each
+/// such fragment has; and the pending fragments already fully checkpointed.
+pub(super) fn open_tasks(
+    plan: &Plan,
+    ckpts: &[Checkpoint],
+) -> (Vec<Task>, HashMap<u64, usize>, Vec<u64>) {
+    let mut remaining: HashMap<u64, usize> = HashMap::new();
+    let mut tasks = Vec::new();
+    let mut ready = Vec::new();
+    for f in plan
+        .fragments
+        .iter()
+        .filter(|f| matches!(f.status, FragmentStatus::Pending))
+    {
+        let mut open = 0;
+        let mut start = 0;
+        while start < f.physical_rows {
+            let end = (start + plan.task_size).min(f.physical_rows);
+            let (_, pos) = covered(ckpts, f.id, start, end);
+            if pos < end {
+                tasks.push(Task {
+                    fragment: f.id,
+                    start: pos,
+                    end,
+                });
+                open += 1;
+            }
+            start = end;
+        }
+        if open == 0 {
+            ready.push(f.id);
+        } else {
+            remaining.insert(f.id, open);
+        }
     }
+    (tasks, remaining, ready)
+}
+
+/// The run's context: the job's inputs prepared on this node (see [`prepare`]).
+pub(super) async fn context(app: &Arc<App>, job: &Arc<Job>) -> Result<Arc<Ctx>, Stop> {
     let record = job.snapshot();
     let Some(spec) = record.spec.backfill().cloned() else {
         return Err(failed("prepare", "not a backfill job"));
@@ -187,7 +226,7 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
         .await
         .map_err(|e| failed("prepare", e.message))?;
     let field = source.target_field()?;
-    let ctx = Arc::new(Ctx {
+    Ok(Arc::new(Ctx {
         app: app.clone(),
         job: job.clone(),
         field,
@@ -197,7 +236,15 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
         tenant: record.tenant.clone(),
         location: record.location.clone(),
         abort: Default::default(),
-    });
+    }))
+}
+
+async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
+    if app.fault_injection && std::env::var_os("LANCET_FAULT_JOB_PANIC").is_some() {
+        panic!("fault injected by LANCET_FAULT_JOB_PANIC");
+    }
+    let record = job.snapshot();
+    let ctx = context(app, job).await?;
     if record.plan.is_none() {
         let plan = plan(&ctx).await.map_err(|e| failed("plan", e.message))?;
         job.update(|r| r.plan = Some(plan.clone())).await?;
@@ -266,51 +313,25 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
     }
 
     // Work left: tasks not fully covered by checkpoints.
-    let mut remaining: HashMap<u64, usize> = HashMap::new();
-    let mut tasks = Vec::new();
-    let mut ready = Vec::new();
-    for f in plan
-        .fragments
-        .iter()
-        .filter(|f| matches!(f.status, FragmentStatus::Pending))
-    {
-        let mut open = 0;
-        let mut start = 0;
-        while start < f.physical_rows {
-            let end = (start + plan.task_size).min(f.physical_rows);
-            let (_, pos) = covered(&ckpts, f.id, start, end);
-            if pos < end {
-                tasks.push(Task {
-                    fragment: f.id,
-                    start: pos,
-                    end,
-                });
-                open += 1;
-            }
-            start = end;
-        }
-        if open == 0 {
-            ready.push(f.id);
-        } else {
-            remaining.insert(f.id, open);
-        }
-    }
+    let (tasks, mut remaining, ready) = open_tasks(&plan, &ckpts);
     for id in ready {
         stage(&ctx, id).await?;
         queue.push(id);
         commit_when_full(&ctx, &mut queue, false).await?;
     }
 
+    // Each task is claimed first: one another node (a helper) holds is left to it for now.
     let mut running = futures::stream::iter(tasks)
         .map(|t| {
             let ctx = ctx.clone();
             tokio::spawn(async move {
-                let id = t.fragment;
-                run_task(&ctx, t).await.map(|_| id)
+                let ran = helper::run_claimed(&ctx, t).await?;
+                Ok::<_, Stop>((t, ran))
             })
         })
         .buffer_unordered(ctx.spec.concurrency);
     let mut first_error = None;
+    let mut deferred = Vec::new();
     while let Some(joined) = running.next().await {
         let outcome =
             joined.unwrap_or_else(|e| Err(failed("compute", format!("a task crashed: {e}"))));
@@ -318,7 +339,12 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
             continue; // drain: let the other tasks notice and stop
         }
         let step = async {
-            let id = outcome?;
+            let (task, ran) = outcome?;
+            if !ran {
+                deferred.push(task);
+                return Ok(());
+            }
+            let id = task.fragment;
             let left = remaining.get_mut(&id).expect("a fragment with tasks");
             *left -= 1;
             if *left == 0 {
@@ -338,6 +364,23 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
     if let Some(e) = first_error {
         // A cancellation seen by one task while another failed is still a cancellation.
         return Err(if job.cancelled() { Stop::Cancelled } else { e });
+    }
+    // The tasks helpers hold: wait for their checkpoints (or compute those whose claim lapsed).
+    while !deferred.is_empty() {
+        ctx.check()?;
+        let finished = helper::settle_deferred(&ctx, &mut deferred).await?;
+        if finished.is_empty() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        for id in finished {
+            let left = remaining.get_mut(&id).expect("a fragment with tasks");
+            *left -= 1;
+            if *left == 0 {
+                stage(&ctx, id).await?;
+                queue.push(id);
+                commit_when_full(&ctx, &mut queue, false).await?;
+            }
+        }
     }
     commit_when_full(&ctx, &mut queue, true).await
 }
@@ -406,7 +449,7 @@ fn set_status(r: &mut super::state::JobRecord, id: u64, status: FragmentStatus) 
 }
 
 /// Compute one task's rows and checkpoint them.
-async fn run_task(ctx: &Arc<Ctx>, task: Task) -> Result<(), Stop> {
+pub(super) async fn run_task(ctx: &Arc<Ctx>, task: Task) -> Result<(), Stop> {
     ctx.check()?;
     let spec = &ctx.spec;
     let mut batches = ctx

@@ -5,8 +5,9 @@
 //! Event `state`s: `created`; `claim` (a node took the job's lease: on submission, or when it
 //! took over a job whose node stopped); per fragment of a backfill, `staged` (its values are
 //! written, not yet visible), `claim_complete` (committed; `rows_processed` rows) and
-//! `skipped`; `pause_requested`, `paused`, `resumed`, `cancel_requested`; and the end:
-//! `done`, `failed` or `cancelled`.
+//! `skipped`; `task_complete` (a helper node computed a task of another node's job);
+//! `pause_requested`, `paused`, `resumed`, `cancel_requested`; and the end: `done`, `failed`
+//! or `cancelled`.
 
 use std::sync::Arc;
 

@@ -5,6 +5,7 @@
 
 mod backfill;
 pub mod events;
+mod helper;
 pub mod optimize;
 mod ownership;
 mod pause;
@@ -311,6 +312,9 @@ pub struct JobManager {
     running: tokio::sync::watch::Sender<usize>,
     /// Set on shutdown: this node adopts no more jobs.
     closing: AtomicBool,
+    /// Tasks of other nodes' backfills this node computes at once, at most (`helper`).
+    helper_tasks: usize,
+    helping: std::sync::atomic::AtomicUsize,
 }
 
 impl JobManager {
@@ -326,7 +330,15 @@ impl JobManager {
             elsewhere: Default::default(),
             running: tokio::sync::watch::Sender::new(0),
             closing: AtomicBool::new(false),
+            helper_tasks: 1,
+            helping: Default::default(),
         }
+    }
+
+    /// How many tasks of other nodes' backfills this node computes at once (0: none).
+    pub fn with_helper_tasks(mut self, n: usize) -> Self {
+        self.helper_tasks = n;
+        self
     }
 
     /// How many upkeep jobs may run at once (at least one).

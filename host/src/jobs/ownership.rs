@@ -133,11 +133,15 @@ pub(super) async fn adopt_orphans(app: &Arc<App>) -> ApiResult<()> {
         )
         .await?
         else {
-            // Another node runs it: upkeep here leaves its table alone meanwhile.
+            // Another node runs it: upkeep here leaves its table alone meanwhile, and this
+            // node helps compute it if it has room.
             elsewhere.insert((
                 record.location.clone(),
                 record.spec.branch().map(str::to_string),
             ));
+            if super::helper::may_help(manager, &record) {
+                super::helper::help(app, record);
+            }
             continue;
         };
         let job = Arc::new(Job::new(dir.clone(), record));

@@ -159,6 +159,11 @@ impl JobDir {
         format!("{}/lease", self.prefix)
     }
 
+    /// The claim of the task of `fragment` ending at row `end` (see `helper`).
+    pub fn task_key(&self, fragment: u64, end: u64) -> String {
+        format!("{}/tasks/{fragment}-{end}", self.prefix)
+    }
+
     fn checkpoint_key(&self, ckpt: &Checkpoint) -> String {
         format!("{}/ckpt/{}", self.prefix, ckpt.file_name())
     }
@@ -274,8 +279,14 @@ impl JobDir {
         Ok(())
     }
 
+    /// Remove every checkpoint, and the task claims (`helper`) that went with them.
     pub async fn remove_all_checkpoints(&self) -> ApiResult<()> {
-        self.root.delete_all(&format!("{}/ckpt", self.prefix)).await
+        self.root
+            .delete_all(&format!("{}/ckpt", self.prefix))
+            .await?;
+        self.root
+            .delete_all(&format!("{}/tasks", self.prefix))
+            .await
     }
 
     /// Forget the job: its record and anything left beside it.

@@ -1,0 +1,138 @@
+//! One backfill shared between nodes, task by task. The node holding the job's lease runs it
+//! as before: it plans the job, and stages and commits its fragments. Every node, that one
+//! included, *claims* a task (a range of a fragment's rows) before computing it, through a
+//! lease on the root at `_jobs/<id>/tasks/<fragment>-<end>`; a task another node holds is
+//! left to it. Other nodes with spare capacity help: at each scan of the root they claim an
+//! open task of a job running elsewhere, compute it and write its checkpoints, exactly as the
+//! owner would. Once the owner has nothing else to do it waits for the checkpoints of the
+//! tasks others hold, and computes any whose claim lapsed (its helper died) itself.
+//!
+//! Only the owner stages and commits, from checkpoints, so each row is written once. Values
+//! are deterministic: a task computed twice (a helper stalled past its claim) costs time,
+//! never a row written twice.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use super::backfill::{Ctx, Task, context, open_tasks, run_task};
+use super::events::JobEvent;
+use super::state::{JobRecord, JobState, covered};
+use super::{Job, JobManager, Stop};
+use crate::App;
+use crate::root::Lease;
+
+/// How long a task claim lasts: long enough for a slow task (it is not renewed).
+fn claim_ttl(jobs: &JobManager) -> Duration {
+    (jobs.lease_ttl * 4).max(Duration::from_secs(60))
+}
+
+/// Compute `task` if this node can claim it: `Ok(false)` when another node holds it.
+pub(super) async fn run_claimed(ctx: &Arc<Ctx>, task: Task) -> Result<bool, Stop> {
+    let jobs = &ctx.app.jobs;
+    let key = ctx.job.dir.task_key(task.fragment, task.end);
+    let Some(claim) = Lease::try_acquire(&jobs.root, &key, &jobs.node, claim_ttl(jobs)).await?
+    else {
+        return Ok(false);
+    };
+    let outcome = run_task(ctx, task).await;
+    claim.release(&jobs.root).await;
+    outcome.map(|()| true)
+}
+
+/// One look at the tasks others claimed: the fragments of those now checkpointed (by their
+/// helper, or here when the claim had lapsed); the rest stay in `deferred`.
+pub(super) async fn settle_deferred(
+    ctx: &Arc<Ctx>,
+    deferred: &mut Vec<Task>,
+) -> Result<Vec<u64>, Stop> {
+    let ckpts = ctx.job.dir.checkpoints().await?;
+    let mut done = Vec::new();
+    let mut waiting = Vec::new();
+    for task in deferred.drain(..) {
+        let (_, pos) = covered(&ckpts, task.fragment, task.start, task.end);
+        let rest = Task { start: pos, ..task };
+        if pos >= task.end || run_claimed(ctx, rest).await? {
+            done.push(task.fragment);
+        } else {
+            waiting.push(task);
+        }
+    }
+    *deferred = waiting;
+    Ok(done)
+}
+
+/// Whether this node may start helping another node's job now (`--job-helper-tasks`).
+pub(super) fn may_help(jobs: &JobManager, record: &JobRecord) -> bool {
+    record.state == JobState::InProgress
+        && record.plan.is_some()
+        && record.spec.backfill().is_some()
+        && !record.cancel_requested
+        && !record.pause_requested
+        && jobs.helping.load(Ordering::Relaxed) < jobs.helper_tasks
+}
+
+/// Help with `record`'s job (another node runs it): claim and compute its open tasks one at
+/// a time, until none is left unclaimed or the job stops.
+pub(super) fn help(app: &Arc<App>, record: JobRecord) {
+    let app = app.clone();
+    app.jobs.helping.fetch_add(1, Ordering::Relaxed);
+    tokio::spawn(async move {
+        let job_id = record.job_id.clone();
+        if let Err(e) = help_with(&app, record).await {
+            tracing::warn!(job_id, error = %e.message(), "stopped helping a job");
+        }
+        app.jobs.helping.fetch_sub(1, Ordering::Relaxed);
+    });
+}
+
+async fn help_with(app: &Arc<App>, record: JobRecord) -> Result<(), Stop> {
+    let job = Arc::new(Job::new(app.jobs.dir(&record.job_id), record));
+    let ctx = context(app, &job).await?;
+    let node = app.jobs.node.clone();
+    loop {
+        // The record as it is now: the job may have ended, been paused or cancelled.
+        let fresh = job.dir.load().await?;
+        let Some(plan) = fresh.plan.as_ref().filter(|_| {
+            fresh.state == JobState::InProgress
+                && !fresh.cancel_requested
+                && !fresh.pause_requested
+                && !app.jobs.closing.load(Ordering::Relaxed)
+        }) else {
+            return Ok(());
+        };
+        let ckpts = job.dir.checkpoints().await?;
+        let (tasks, ..) = open_tasks(plan, &ckpts);
+        let mut helped = None;
+        for task in tasks {
+            if run_claimed(&ctx, task).await? {
+                helped = Some(task);
+                break;
+            }
+        }
+        let Some(task) = helped else {
+            return Ok(());
+        };
+        let rows = task.end - task.start;
+        job.update(|r| {
+            r.log(
+                JobEvent::new("task_complete", "runner", "helper", &node)
+                    .entity(format!(
+                        "fragment {} rows {}..{}",
+                        task.fragment, task.start, task.end
+                    ))
+                    .rows(rows),
+            )
+        })
+        .await?;
+    }
+}
+
+impl Stop {
+    fn message(&self) -> String {
+        match self {
+            Stop::Cancelled => "cancelled".into(),
+            Stop::Failed(f) => f.message.clone(),
+        }
+    }
+}
