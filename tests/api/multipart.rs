@@ -129,7 +129,7 @@ async fn bad_uploads_are_refused_with_their_field_named() {
             "upload_part_id",
         ),
         (
-            format!("/v1/table/t/insert?upload_part_id=x"),
+            "/v1/table/t/insert?upload_part_id=x".to_string(),
             "upload_part_id",
         ),
         (

@@ -23,7 +23,7 @@ pub struct MergeBody {
 }
 
 impl MergeBody {
-    fn from_branch(&self) -> ApiResult<&str> {
+    fn source_branch(&self) -> ApiResult<&str> {
         self.from_branch
             .as_deref()
             .filter(|b| !b.is_empty() && *b != "main")
@@ -37,7 +37,7 @@ pub async fn diff(
     JsonBody(body): JsonBody<MergeBody>,
 ) -> ApiResult<Response> {
     let location = app.table(&target, &body.common.id).await?;
-    let from = body.from_branch()?;
+    let from = body.source_branch()?;
     Ok(reply(app.store.branch_diff(&location, from).await?))
 }
 
@@ -49,7 +49,7 @@ pub async fn cherry_pick(
     JsonBody(body): JsonBody<MergeBody>,
 ) -> ApiResult<Response> {
     let location = app.table(&target, &body.common.id).await?;
-    let from = body.from_branch()?;
+    let from = body.source_branch()?;
     let (ok, mut result) = app.store.cherry_pick(&location, from, body.dry_run).await?;
     if ok {
         return Ok(reply(result));

@@ -87,7 +87,7 @@ fn classify(columns: Vec<NewColumn>, function: bool) -> ApiResult<Adding> {
             outputs.push(col.name);
         }
     }
-    if function != !outputs.is_empty() {
+    if function == outputs.is_empty() {
         return Err(ApiError::invalid(
             "function: all_null columns come with a function binding, and only they",
         ));

@@ -11,7 +11,6 @@
 //! computed again; a staged fragment is looked up in the table before it is committed, so a
 //! commit that landed just before a crash is not made twice.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -23,9 +22,10 @@ use futures::{StreamExt, TryStreamExt};
 use serde_json::json;
 
 use super::events::JobEvent;
+use super::helper::{self, Task, open_tasks};
 use super::spec::BackfillSpec;
 use super::state::{Checkpoint, Failure, FragmentPlan, FragmentStatus, Plan, covered};
-use super::{Job, Stop, helper, read_at};
+use super::{Job, Stop, read_at};
 use crate::App;
 use crate::error::{ApiError, ApiResult};
 use crate::store::{BackfillSource, StagedFile};
@@ -167,53 +167,6 @@ impl Ctx {
         }
         Ok(())
     }
-}
-
-/// A range of a fragment's physical rows. `end` is where the task ends in the plan (a
-/// resumed task starts later but ends there): it names the task's claim (`helper`).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Task {
-    pub(super) fragment: u64,
-    pub(super) start: u64,
-    pub(super) end: u64,
-}
-
-/// The tasks of the plan's pending fragments not yet covered by checkpoints; how many each
-/// such fragment has; and the pending fragments already fully checkpointed.
-pub(super) fn open_tasks(
-    plan: &Plan,
-    ckpts: &[Checkpoint],
-) -> (Vec<Task>, HashMap<u64, usize>, Vec<u64>) {
-    let mut remaining: HashMap<u64, usize> = HashMap::new();
-    let mut tasks = Vec::new();
-    let mut ready = Vec::new();
-    for f in plan
-        .fragments
-        .iter()
-        .filter(|f| matches!(f.status, FragmentStatus::Pending))
-    {
-        let mut open = 0;
-        let mut start = 0;
-        while start < f.physical_rows {
-            let end = (start + plan.task_size).min(f.physical_rows);
-            let (_, pos) = covered(ckpts, f.id, start, end);
-            if pos < end {
-                tasks.push(Task {
-                    fragment: f.id,
-                    start: pos,
-                    end,
-                });
-                open += 1;
-            }
-            start = end;
-        }
-        if open == 0 {
-            ready.push(f.id);
-        } else {
-            remaining.insert(f.id, open);
-        }
-    }
-    (tasks, remaining, ready)
 }
 
 /// The run's context: the job's inputs prepared on this node (see [`prepare`]).

@@ -11,16 +11,64 @@
 //! are deterministic: a task computed twice (a helper stalled past its claim) costs time,
 //! never a row written twice.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use super::backfill::{Ctx, Task, context, open_tasks, run_task};
+use super::backfill::{Ctx, context, run_task};
 use super::events::JobEvent;
-use super::state::{JobRecord, JobState, covered};
+use super::state::{Checkpoint, FragmentStatus, JobRecord, JobState, Plan, covered};
 use super::{Job, JobManager, Stop};
 use crate::App;
 use crate::root::Lease;
+
+/// A range of a fragment's physical rows. `end` is where the task ends in the plan (a
+/// resumed task starts later but ends there): it names the task's claim (`helper`).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Task {
+    pub(super) fragment: u64,
+    pub(super) start: u64,
+    pub(super) end: u64,
+}
+
+/// The tasks of the plan's pending fragments not yet covered by checkpoints; how many each
+/// such fragment has; and the pending fragments already fully checkpointed.
+pub(super) fn open_tasks(
+    plan: &Plan,
+    ckpts: &[Checkpoint],
+) -> (Vec<Task>, HashMap<u64, usize>, Vec<u64>) {
+    let mut remaining: HashMap<u64, usize> = HashMap::new();
+    let mut tasks = Vec::new();
+    let mut ready = Vec::new();
+    for f in plan
+        .fragments
+        .iter()
+        .filter(|f| matches!(f.status, FragmentStatus::Pending))
+    {
+        let mut open = 0;
+        let mut start = 0;
+        while start < f.physical_rows {
+            let end = (start + plan.task_size).min(f.physical_rows);
+            let (_, pos) = covered(ckpts, f.id, start, end);
+            if pos < end {
+                tasks.push(Task {
+                    fragment: f.id,
+                    start: pos,
+                    end,
+                });
+                open += 1;
+            }
+            start = end;
+        }
+        if open == 0 {
+            ready.push(f.id);
+        } else {
+            remaining.insert(f.id, open);
+        }
+    }
+    (tasks, remaining, ready)
+}
 
 /// How long a task claim lasts: long enough for a slow task (it is not renewed).
 fn claim_ttl(jobs: &JobManager) -> Duration {

@@ -19,8 +19,11 @@ use serde_json::{Value, json};
 use super::Store;
 use crate::error::{ApiError, ApiResult};
 
-/// A fragment's identity for comparing rows: id, physical rows, deletions.
-fn fragment_keys(ds: &Dataset) -> Vec<(u64, Option<usize>, Option<(u64, u64)>, u64)> {
+/// A fragment's identity for comparing rows (id, physical rows, deletion file id and
+/// version), and its live rows.
+type FragmentKey = (u64, Option<usize>, Option<(u64, u64)>, u64);
+
+fn fragment_keys(ds: &Dataset) -> Vec<FragmentKey> {
     ds.fragments()
         .iter()
         .map(|f| {
@@ -107,7 +110,7 @@ impl Store {
             ));
         }
         let (main_frags, branch_frags) = (fragment_keys(&main), fragment_keys(&branch));
-        let key = |f: &(u64, Option<usize>, Option<(u64, u64)>, u64)| (f.0, f.1, f.2);
+        let key = |f: &FragmentKey| (f.0, f.1, f.2);
         let branch_keys: Vec<_> = branch_frags.iter().map(key).collect();
         let main_keys: Vec<_> = main_frags.iter().map(key).collect();
         let unchanged: u64 = main_frags

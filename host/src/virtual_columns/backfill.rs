@@ -21,7 +21,7 @@ pub struct ColumnUdf {
 }
 
 enum Engine {
-    Wasm(WasmUdf),
+    Wasm(Box<WasmUdf>),
     Sql(SqlRule),
 }
 
@@ -105,13 +105,13 @@ impl VirtualColumns {
             inputs.push(Field::new(name, f.data_type().clone(), true));
         }
         let udf = ColumnUdf {
-            engine: Engine::Wasm(WasmUdf {
+            engine: Engine::Wasm(Box::new(WasmUdf {
                 runtime: (*self.runtime).clone(),
                 prepared,
                 limits: self.limits.clone(),
                 def,
                 inputs: inputs.clone(),
-            }),
+            })),
             field: field.clone(),
         };
         // A zero-row call checks an overriding manifest produces the column's type.
