@@ -74,24 +74,8 @@ async fn a_column_added_on_a_branch_is_diffed_and_picked_into_main() {
     let rows = s
         .query("t", json!({"columns": ["id", "dbl"], "k": 10}))
         .await;
-    let mut pairs = Vec::new();
-    for b in &rows {
-        let id = b.column_by_name("id").unwrap();
-        let id = id
-            .as_any()
-            .downcast_ref::<arrow_array::Int64Array>()
-            .unwrap();
-        let dbl = b.column_by_name("dbl").unwrap();
-        let dbl = dbl
-            .as_any()
-            .downcast_ref::<arrow_array::Int64Array>()
-            .unwrap();
-        for i in 0..b.num_rows() {
-            pairs.push((id.value(i), dbl.value(i)));
-        }
-    }
-    pairs.sort();
-    assert_eq!(pairs, vec![(0, 0), (1, 2), (2, 4)]);
+    let pairs = crate::jobs::int_pairs(&rows, "dbl");
+    assert_eq!(pairs, vec![(0, Some(0)), (1, Some(2)), (2, Some(4))]);
     // Nothing left to pick.
     let diff = s
         .ok("/v1/table/t/branches/diff", json!({"from_branch": "feat"}))

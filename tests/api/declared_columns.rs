@@ -56,27 +56,16 @@ async fn null_and_computed_columns_are_added_and_computed_ones_backfilled() {
     let rows = s
         .query("t", json!({"columns": ["id", "twice", "extra"], "k": 100}))
         .await;
-    let mut pairs = Vec::new();
     for b in &rows {
-        let id = b.column_by_name("id").unwrap();
-        let id = id
-            .as_any()
-            .downcast_ref::<arrow_array::Int64Array>()
-            .unwrap();
-        let tw = b.column_by_name("twice").unwrap();
-        let tw = tw
-            .as_any()
-            .downcast_ref::<arrow_array::Int64Array>()
-            .unwrap();
         assert_eq!(
             b.column_by_name("extra").unwrap().null_count(),
             b.num_rows()
         );
-        for i in 0..b.num_rows() {
-            pairs.push((id.value(i), tw.value(i)));
-        }
     }
-    pairs.sort();
+    let pairs: Vec<(i64, i64)> = crate::jobs::int_pairs(&rows, "twice")
+        .into_iter()
+        .map(|(id, v)| (id, v.unwrap()))
+        .collect();
     assert_eq!(pairs, vec![(0, 0), (1, 2), (2, 4), (10, 20), (11, 22)]);
 
     for (body, needle) in [

@@ -47,7 +47,8 @@ pub(crate) async fn table_with_fragments(s: &Server, name: &str, frags: i64, per
     }
 }
 
-fn int_pairs(batches: &[RecordBatch], column: &str) -> Vec<(i64, Option<i64>)> {
+/// (id, `column`) of every row, sorted.
+pub(crate) fn int_pairs(batches: &[RecordBatch], column: &str) -> Vec<(i64, Option<i64>)> {
     let mut out = Vec::new();
     for b in batches {
         let id = b

@@ -8,12 +8,12 @@ use std::sync::Arc;
 use arrow_array::RecordBatch;
 use lance::Dataset;
 use lance::dataset::transaction::{Operation, Transaction, TransactionBuilder};
-use lance::dataset::{CommitBuilder, InsertBuilder, WriteDestination, WriteMode};
+use lance::dataset::{CommitBuilder, InsertBuilder, WriteDestination};
 use lance_table::format::pb;
 use prost::Message;
 
 use super::Store;
-use super::write::{RowHook, commit_error, require_rows, write_params};
+use super::write::{RowHook, commit_error, require_rows};
 use crate::error::{ApiError, ApiResult};
 
 impl Store {
@@ -29,17 +29,7 @@ impl Store {
     ) -> ApiResult<Vec<u8>> {
         require_rows(&batches)?;
         let current = self.latest(location, branch).await?;
-        let batches = match hook {
-            // Hooks run UDFs, which block for up to their time limit: keep them off the async workers.
-            Some(h) => tokio::task::block_in_place(|| h(&current, batches))?,
-            None => batches,
-        };
-        let mode = if overwrite {
-            WriteMode::Overwrite
-        } else {
-            WriteMode::Append
-        };
-        let params = write_params(self, mode);
+        let (batches, params) = self.prepare_insert(&current, batches, overwrite, hook)?;
         let txn = InsertBuilder::new(WriteDestination::Dataset(current))
             .with_params(&params)
             .execute_uncommitted(batches)

@@ -61,6 +61,27 @@ pub(super) fn require_rows(batches: &[RecordBatch]) -> ApiResult<()> {
 }
 
 impl Store {
+    /// The rows an insert into `current` writes (after `hook`) and its write parameters.
+    pub(super) fn prepare_insert(
+        &self,
+        current: &Dataset,
+        batches: Vec<RecordBatch>,
+        overwrite: bool,
+        hook: Option<RowHook<'_>>,
+    ) -> ApiResult<(Vec<RecordBatch>, WriteParams)> {
+        let batches = match hook {
+            // Hooks run UDFs, which block for up to their time limit: keep them off the async workers.
+            Some(h) => tokio::task::block_in_place(|| h(current, batches))?,
+            None => batches,
+        };
+        let mode = if overwrite {
+            WriteMode::Overwrite
+        } else {
+            WriteMode::Append
+        };
+        Ok((batches, write_params(self, mode)))
+    }
+
     /// Create a table at `location` (which must not hold one yet) from `batches`.
     pub async fn create_at(
         &self,
@@ -97,17 +118,7 @@ impl Store {
     ) -> ApiResult<Arc<Dataset>> {
         let _guard = self.write_lock(location, branch).await;
         let current = self.latest(location, branch).await?;
-        let batches = match hook {
-            // Hooks run UDFs, which block for up to their time limit: keep them off the async workers.
-            Some(h) => tokio::task::block_in_place(|| h(&current, batches))?,
-            None => batches,
-        };
-        let mode = if overwrite {
-            WriteMode::Overwrite
-        } else {
-            WriteMode::Append
-        };
-        let params = write_params(self, mode);
+        let (batches, params) = self.prepare_insert(&current, batches, overwrite, hook)?;
         let ds = InsertBuilder::new(WriteDestination::Dataset(current))
             .with_params(&params)
             .execute(batches)
