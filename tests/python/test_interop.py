@@ -185,3 +185,18 @@ def test_transactions_through_the_namespace_client(lancet):
     d = ns.describe_transaction(DescribeTransactionRequest(id=[r["transaction_id"]]))
     assert d.status == "Succeeded"
     assert d.properties["operation"] == "Delete" and d.properties["version"] == str(r["version"])
+
+
+def test_pylance_writes_a_table_through_the_rest_namespace(lancet):
+    """lance.write_dataset with namespace_client + table_id: the namespace declares the table
+    and tells lance where it lives; lance writes there; Lancet serves what it wrote."""
+    ns = lance_namespace.connect("rest", {"uri": lancet.base, "header.Authorization": f"Bearer {lancet.key}"})
+    ns.create_namespace(CreateNamespaceRequest(id=["pw"]))
+    ds = lance.write_dataset(pa.table({"id": list(range(10))}), namespace_client=ns, table_id=["pw", "t"], mode="create")
+    assert (ds.version, ds.count_rows()) == (1, 10)
+    ds = lance.write_dataset(pa.table({"id": [100, 101]}), namespace_client=ns, table_id=["pw", "t"], mode="append")
+    assert (ds.version, ds.count_rows()) == (2, 12)
+    assert lance.dataset(namespace_client=ns, table_id=["pw", "t"]).count_rows() == 12
+    described = ns.describe_table(DescribeTableRequest(id=["pw", "t"]))
+    assert described.version == 2
+    assert ns.count_table_rows(CountTableRowsRequest(id=["pw", "t"], predicate="id >= 100")).count == 2
