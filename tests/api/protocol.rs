@@ -211,6 +211,30 @@ async fn batch_commit_publishes_a_staged_manifest() {
         "{done}"
     );
     s.ok("/v1/table/other/exists", json!({})).await;
+    // The batch's transaction describes what it did, and cannot be altered.
+    let tx = done["transaction_id"].as_str().unwrap();
+    assert!(tx.starts_with("txb-"), "{done}");
+    let d = s
+        .ok(&format!("/v1/transaction/{tx}/describe"), json!({}))
+        .await;
+    assert_eq!(d["status"], "Succeeded", "{d}");
+    assert_eq!(d["properties"]["operations"], "2");
+    assert_eq!(
+        d["properties"]["operation.0"],
+        "create_table_version p version 3"
+    );
+    assert_eq!(d["properties"]["operation.1"], "declare_table other");
+    let (st, b) = s
+        .post(
+            &format!("/v1/transaction/{tx}/alter"),
+            json!({"actions": [{"set_property_action": {"key": "k", "value": "v"}}]}),
+        )
+        .await;
+    assert_error(st, &b, 409, 19);
+    let (st, b) = s
+        .post("/v1/transaction/txb-bm90LWpzb24/describe", json!({}))
+        .await;
+    assert_error(st, &b, 404, 10);
     let list = s.ok("/v1/table/p/version/list", json!({})).await;
     assert_eq!(list["versions"].as_array().unwrap().len(), 3, "{list}");
     assert_eq!(s.count("p", json!({})).await, 6);

@@ -81,6 +81,31 @@ fn parse_op(i: usize, v: &Value, caller: &Caller) -> ApiResult<BatchOp> {
     Ok(op)
 }
 
+/// What the batch's transaction id records of each operation (see `transactions`).
+fn batch_transaction(ops: &[BatchOp]) -> Vec<super::transactions::BatchTxOp> {
+    ops.iter()
+        .map(|op| {
+            let (o, b, v) = match op {
+                BatchOp::DeclareTable(_) => ("declare_table", None, None),
+                BatchOp::DeregisterTable(_) => ("deregister_table", None, None),
+                BatchOp::CreateTableVersion(r) => (
+                    "create_table_version",
+                    r.branch.clone(),
+                    u64::try_from(r.version).ok(),
+                ),
+                BatchOp::DeleteTableVersions(_) => ("delete_table_versions", None, None),
+                BatchOp::RegisterTable(_) => ("register_table", None, None),
+            };
+            super::transactions::BatchTxOp {
+                o: o.to_string(),
+                t: op.id().to_vec(),
+                b,
+                v,
+            }
+        })
+        .collect()
+}
+
 pub async fn commit(caller: Caller, JsonBody(body): JsonBody<BatchBody>) -> ApiResult<Response> {
     if body.operations.is_empty() {
         return Err(ApiError::invalid("operations must not be empty"));
@@ -91,8 +116,11 @@ pub async fn commit(caller: Caller, JsonBody(body): JsonBody<BatchBody>) -> ApiR
         .enumerate()
         .map(|(i, v)| parse_op(i, v, &caller))
         .collect::<ApiResult<_>>()?;
+    let tx = batch_transaction(&ops);
     match caller.catalog.commit_batch(ops).await {
-        Ok(results) => Ok(reply(json!({ "results": results }))),
+        Ok(results) => Ok(reply(
+            json!({ "results": results, "transaction_id": super::transactions::batch_transaction_id(&tx) }),
+        )),
         Err(failure) => Err(render(failure, "batch-commit")),
     }
 }

@@ -6,6 +6,9 @@
 //!   branch and version it made (`tx-` + base64url of those), so describing it needs no state
 //!   of its own: the version is looked up, with lance's transaction record of it (operation,
 //!   uuid) as properties. It cannot be altered (a committed version is immutable).
+//! - a **batch** (batch-commit): committed synchronously too, all or nothing. Its id (`txb-` +
+//!   base64url) lists each operation (its kind, table, and for a new version the version), so
+//!   describing it checks the versions it made still exist; it cannot be altered either.
 //! - a **job** (backfill, optimize): its id is the job id. Its status follows the job
 //!   (`Running`, `Succeeded`, `Failed`, `Canceled`); `alter` can cancel it (status
 //!   `Canceled`) and set or unset properties, kept in the job's record.
@@ -58,6 +61,82 @@ pub fn write_transaction_id(table: &[String], branch: Option<&str>, version: u64
     )
 }
 
+/// One operation of a batch transaction id.
+#[derive(Serialize, Deserialize)]
+pub struct BatchTxOp {
+    /// `declare_table`, `deregister_table`, `create_table_version`, `delete_table_versions`.
+    pub o: String,
+    pub t: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub b: Option<String>,
+    /// The version a `create_table_version` made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub v: Option<u64>,
+}
+
+/// The transaction id of a committed batch of `ops`.
+pub fn batch_transaction_id(ops: &[BatchTxOp]) -> String {
+    let bytes = serde_json::to_vec(ops).unwrap_or_default();
+    format!(
+        "txb-{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    )
+}
+
+/// A batch transaction's status and properties: every table it names must be the caller's,
+/// and every version it made must still exist.
+async fn describe_batch(app: &AppState, caller: &Caller, id: &str) -> ApiResult<Value> {
+    let ops: Vec<BatchTxOp> = id
+        .strip_prefix("txb-")
+        .and_then(|raw| {
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(raw)
+                .ok()
+        })
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .filter(|ops: &Vec<BatchTxOp>| !ops.is_empty())
+        .ok_or_else(|| not_found(id))?;
+    let mut properties = HashMap::from([("operations".to_string(), ops.len().to_string())]);
+    for (i, op) in ops.iter().enumerate() {
+        if caller.resolve(&caller.unresolve(&op.t)).ok().as_ref() != Some(&op.t) {
+            return Err(not_found(id));
+        }
+        let table = caller.unresolve(&op.t).join("$");
+        let mut line = format!("{} {table}", op.o);
+        if let Some(v) = op.v {
+            made(app, caller, id, &op.t, &op.b, v).await?;
+            line = format!("{line} version {v}");
+        }
+        properties.insert(format!("operation.{i}"), line);
+    }
+    Ok(json!({ "status": "Succeeded", "properties": properties }))
+}
+
+/// Version `version` of `table` (`branch`), which transaction `id` made; 404 (as the
+/// transaction) when it is gone.
+async fn made(
+    app: &AppState,
+    caller: &Caller,
+    id: &str,
+    table: &[String],
+    branch: &Option<String>,
+    version: u64,
+) -> ApiResult<std::sync::Arc<lance::Dataset>> {
+    let location = caller
+        .catalog
+        .locate(table)
+        .await
+        .map_err(|_| not_found(id))?;
+    let at = At {
+        branch: branch.clone(),
+        version: Some(version),
+    };
+    app.store
+        .read(&location, &at)
+        .await
+        .map_err(|_| not_found(id))
+}
+
 fn not_found(id: &str) -> ApiError {
     ApiError::new(
         ErrorCode::TransactionNotFound,
@@ -81,20 +160,7 @@ async fn describe_write(app: &AppState, caller: &Caller, id: &str) -> ApiResult<
     if caller.resolve(&caller.unresolve(&tx.t)).ok().as_ref() != Some(&tx.t) {
         return Err(not_found(id));
     }
-    let location = caller
-        .catalog
-        .locate(&tx.t)
-        .await
-        .map_err(|_| not_found(id))?;
-    let at = At {
-        branch: tx.b.clone(),
-        version: Some(tx.v),
-    };
-    let ds = app
-        .store
-        .read(&location, &at)
-        .await
-        .map_err(|_| not_found(id))?;
+    let ds = made(app, caller, id, &tx.t, &tx.b, tx.v).await?;
     let mut properties = HashMap::from([
         ("table".to_string(), caller.unresolve(&tx.t).join("$")),
         ("version".to_string(), tx.v.to_string()),
@@ -120,6 +186,9 @@ pub async fn describe(
     if id.starts_with("job-") {
         let (status, properties) = app.jobs.transaction(caller.tenant(), &id).await?;
         return Ok(reply(json!({ "status": status, "properties": properties })));
+    }
+    if id.starts_with("txb-") {
+        return Ok(reply(describe_batch(&app, &caller, &id).await?));
     }
     Ok(reply(describe_write(&app, &caller, &id).await?))
 }
@@ -237,7 +306,11 @@ pub async fn alter(
     let _ = (&body.id, &body.identity, &body.context);
     let alterations = check(body.actions)?;
     if !id.starts_with("job-") {
-        describe_write(&app, &caller, &id).await?;
+        if id.starts_with("txb-") {
+            describe_batch(&app, &caller, &id).await?;
+        } else {
+            describe_write(&app, &caller, &id).await?;
+        }
         return Err(ApiError::new(
             ErrorCode::InvalidTableState,
             format!("transaction {id} is a committed write: it cannot be altered"),
