@@ -138,6 +138,29 @@ async fn help_with(app: &Arc<App>, record: JobRecord) -> Result<(), Stop> {
     let job = Arc::new(Job::new(app.jobs.dir(&record.job_id), record));
     let ctx = context(app, &job).await?;
     let node = app.jobs.node.clone();
+    // A cancel, a pause or the job's end stops the task in hand too (the record is read
+    // every second, as the owner reads it), so no checkpoint lands after the job is over.
+    let watcher = tokio::spawn({
+        let job = job.clone();
+        async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                if let Ok(r) = job.dir.load().await
+                    && (r.cancel_requested || r.pause_requested || r.state != JobState::InProgress)
+                {
+                    job.cancel.store(true, Ordering::Relaxed);
+                    return;
+                }
+            }
+        }
+    });
+    let outcome = help_tasks(&ctx, &job, &node).await;
+    watcher.abort();
+    outcome
+}
+
+async fn help_tasks(ctx: &Arc<Ctx>, job: &Arc<Job>, node: &str) -> Result<(), Stop> {
+    let app = &ctx.app;
     loop {
         // The record as it is now: the job may have ended, been paused or cancelled.
         let fresh = job.dir.load().await?;
@@ -153,7 +176,7 @@ async fn help_with(app: &Arc<App>, record: JobRecord) -> Result<(), Stop> {
         let (tasks, ..) = open_tasks(plan, &ckpts);
         let mut helped = None;
         for task in tasks {
-            if run_claimed(&ctx, task).await? {
+            if run_claimed(ctx, task).await? {
                 helped = Some(task);
                 break;
             }
@@ -164,7 +187,7 @@ async fn help_with(app: &Arc<App>, record: JobRecord) -> Result<(), Stop> {
         let rows = task.end - task.start;
         job.update(|r| {
             r.log(
-                JobEvent::new("task_complete", "runner", "helper", &node)
+                JobEvent::new("task_complete", "runner", "helper", node)
                     .entity(format!(
                         "fragment {} rows {}..{}",
                         task.fragment, task.start, task.end
