@@ -64,6 +64,10 @@ use crate::root::RootStore;
 
 /// Where intents live, under a tenant's root.
 const DIR: &str = "_batch_intents";
+
+/// The largest staged manifest read (manifests of tables with millions of fragments stay far
+/// below; the path a client names could otherwise be any data file of the table).
+const STAGED_MANIFEST_MAX: u64 = 256 << 20;
 const MARKER: &str = ".deleting";
 
 /// One operation of a batch; serialised into the intent record as given (ids already
@@ -179,7 +183,11 @@ impl Intents {
     /// An object of the catalog's store named by its path in the store (staged manifests, as
     /// lance reports them).
     async fn read_object(&self, path: &str) -> ApiResult<Option<Bytes>> {
-        Ok(self.root.get_at_path(path).await?.map(|v| v.bytes))
+        Ok(self
+            .root
+            .get_at_path(path, STAGED_MANIFEST_MAX)
+            .await?
+            .map(|v| v.bytes))
     }
 }
 

@@ -108,7 +108,7 @@ pub async fn complete(State(app): State<AppState>, target: Target) -> ApiResult<
                 "upload '{id}' is being completed or aborted by another request"
             )));
         };
-        let result = commit(&app, &uploads, &id).await;
+        let result = commit(&app, &uploads, &id, lease.generation).await;
         uploads.release(lease).await;
         upload = result?;
     }
@@ -120,24 +120,36 @@ pub async fn complete(State(app): State<AppState>, target: Target) -> ApiResult<
     ))
 }
 
-/// Commits the upload's parts unless a previous attempt did (it may have died between its
-/// commit and its record); records the version.
-async fn commit(app: &AppState, uploads: &Uploads<'_>, id: &str) -> ApiResult<Upload> {
+/// The version an earlier attempt committed the upload as, if one did and died before
+/// recording it. Only an earlier holder of the upload's lease (`generation` > 1) can have: the
+/// first attempt skips reading the table's history.
+async fn landed(app: &AppState, upload: &Upload, generation: u64) -> ApiResult<Option<u64>> {
+    if generation <= 1 {
+        return Ok(None);
+    }
+    app.store
+        .find_transaction(
+            &upload.location,
+            upload.branch.as_deref(),
+            upload.read_version,
+            &upload.transaction,
+        )
+        .await
+}
+
+/// Commits the upload's parts unless an earlier attempt did; records the version.
+async fn commit(
+    app: &AppState,
+    uploads: &Uploads<'_>,
+    id: &str,
+    generation: u64,
+) -> ApiResult<Upload> {
     let mut upload = uploads.get(id).await?;
     if upload.committed.is_some() {
         return Ok(upload);
     }
     let (location, branch) = (upload.location.clone(), upload.branch.clone());
-    let earlier = app
-        .store
-        .find_transaction(
-            &location,
-            branch.as_deref(),
-            upload.read_version,
-            &upload.transaction,
-        )
-        .await?;
-    let version = match earlier {
+    let version = match landed(app, &upload, generation).await? {
         Some(version) => version,
         None => {
             let parts = uploads.parts(id).await?;
@@ -166,8 +178,15 @@ pub async fn abort(State(app): State<AppState>, target: Target) -> ApiResult<Res
             "upload '{id}' is being completed by another request"
         )));
     };
-    // Completed meanwhile by a request that has since let go: keep it.
-    let committed = uploads.get(&id).await?.committed;
+    // Completed meanwhile by a request that has since let go (or died after its commit,
+    // before its record): keep it.
+    let mut upload = uploads.get(&id).await?;
+    if upload.committed.is_none()
+        && let Some(version) = landed(&app, &upload, lease.generation).await?
+    {
+        uploads.finish(&id, &mut upload, version).await?;
+    }
+    let committed = upload.committed;
     let result = match committed {
         Some(version) => Err(ApiError::conflict(format!(
             "upload '{id}' was already completed (version {version})"

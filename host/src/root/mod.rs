@@ -120,14 +120,24 @@ impl RootStore {
 
     /// An object named by its path in the store rather than a key under the root (such as a
     /// manifest path lance reported).
-    pub async fn get_at_path(&self, path: &str) -> ApiResult<Option<Versioned>> {
+    /// A client names it, so it is read only if it holds at most `max` bytes (a 400 says so
+    /// otherwise): the path could name any large object.
+    pub async fn get_at_path(&self, path: &str, max: u64) -> ApiResult<Option<Versioned>> {
         let parsed = Path::parse(path)
             .map_err(|e| ApiError::invalid(format!("invalid object path '{path}': {e}")))?;
-        self.read(&parsed, path).await
+        self.read_within(&parsed, path, max).await
     }
 
     async fn read(&self, path: &Path, key: &str) -> ApiResult<Option<Versioned>> {
+        self.read_within(path, key, u64::MAX).await
+    }
+
+    async fn read_within(&self, path: &Path, key: &str, max: u64) -> ApiResult<Option<Versioned>> {
         match self.store.inner.get(path).await {
+            Ok(r) if r.meta.size > max => Err(ApiError::invalid(format!(
+                "{key} holds {} bytes, more than the {max} allowed here",
+                r.meta.size
+            ))),
             Ok(r) => {
                 let version = Version {
                     e_tag: r.meta.e_tag.clone(),
@@ -303,5 +313,31 @@ impl RootStore {
             let _ = tokio::fs::remove_dir_all(dir.join(prefix.trim_start_matches('/'))).await;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_object_named_by_path_is_read_only_within_its_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let session = lance::session::Session::default();
+        let root = RootStore::open(dir.path().to_str().unwrap(), &Default::default(), &session)
+            .await
+            .unwrap();
+        root.put("t/staged.manifest", vec![7u8; 100]).await.unwrap();
+        let path = root.path("t/staged.manifest").to_string();
+        let read = root.get_at_path(&path, 100).await.unwrap().unwrap();
+        assert_eq!(read.bytes.len(), 100);
+        let err = root.get_at_path(&path, 99).await.unwrap_err();
+        assert_eq!(
+            err.status,
+            axum::http::StatusCode::BAD_REQUEST,
+            "{}",
+            err.message
+        );
+        assert!(root.get_at_path("t/missing", 99).await.unwrap().is_none());
     }
 }

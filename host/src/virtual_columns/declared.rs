@@ -49,14 +49,38 @@ impl SqlRule {
         let bad = |e: &dyn std::fmt::Display| {
             ApiError::invalid(format!("computed expression '{expression}': {e}"))
         };
-        let schema = Arc::new(table.clone());
-        let planner = Planner::new(schema.clone());
-        let expr = planner.parse_expr(expression).map_err(|e| bad(&e))?;
-        let inputs: Vec<String> = Planner::column_names_in_expr(&expr);
+        // Against the whole table first, to learn which columns the expression reads; then
+        // planned against just those, the batches it will be evaluated on.
+        let expr = Planner::new(Arc::new(table.clone()))
+            .parse_expr(expression)
+            .map_err(|e| bad(&e))?;
+        let referenced = Planner::column_names_in_expr(&expr);
+        let inputs: Vec<String> = table
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .filter(|name| {
+                referenced
+                    .iter()
+                    .any(|r| r == name || r.starts_with(&format!("{name}.")))
+            })
+            .collect();
         if inputs.is_empty() {
             return Err(bad(&"it reads no column"));
         }
-        let expr = planner.optimize_expr(expr).map_err(|e| bad(&e))?;
+        let schema = Arc::new(
+            table.project(
+                &inputs
+                    .iter()
+                    .filter_map(|n| table.index_of(n).ok())
+                    .collect::<Vec<_>>(),
+            )?,
+        );
+        let planner = Planner::new(schema.clone());
+        let expr = planner
+            .parse_expr(expression)
+            .and_then(|e| planner.optimize_expr(e))
+            .map_err(|e| bad(&e))?;
         let physical = planner.create_physical_expr(&expr).map_err(|e| bad(&e))?;
         physical.data_type(&schema).map_err(|e| bad(&e))?;
         Ok(Self {
@@ -95,32 +119,25 @@ impl SqlRule {
 
     /// The rule's values for `batch` (which holds at least its inputs, under their names).
     pub fn evaluate(&self, batch: &RecordBatch, target: &Field) -> ApiResult<ArrayRef> {
-        // The expression was planned against the whole table: give it the columns it reads
-        // at their table positions, nulls elsewhere.
-        let rows = batch.num_rows();
-        let columns: Vec<ArrayRef> = self
-            .schema
-            .fields()
+        let columns = self
+            .inputs
             .iter()
-            .map(|f| {
-                batch
-                    .column_by_name(f.name())
-                    .cloned()
-                    .unwrap_or_else(|| arrow_array::new_null_array(f.data_type(), rows))
+            .map(|name| {
+                batch.column_by_name(name).cloned().ok_or_else(|| {
+                    ApiError::internal(format!("input column '{name}' was not read"))
+                })
             })
-            .collect();
-        let nullable = Arc::new(Schema::new(
-            self.schema
-                .fields()
-                .iter()
-                .map(|f| f.as_ref().clone().with_nullable(true))
-                .collect::<Vec<_>>(),
-        ));
-        let full = RecordBatch::try_new(nullable, columns).map_err(ApiError::from)?;
+            .collect::<ApiResult<Vec<_>>>()?;
+        let input = RecordBatch::try_new_with_options(
+            self.schema.clone(),
+            columns,
+            &arrow_array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+        )
+        .map_err(ApiError::from)?;
         let values = self
             .physical
-            .evaluate(&full)
-            .and_then(|v| v.into_array(rows))
+            .evaluate(&input)
+            .and_then(|v| v.into_array(batch.num_rows()))
             .map_err(|e| {
                 ApiError::invalid(format!("computed expression '{}': {e}", self.expression))
             })?;
