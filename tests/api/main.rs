@@ -4,6 +4,7 @@ mod common;
 
 mod auth;
 mod batch;
+mod blobs;
 mod branch_merge;
 mod clone;
 mod concurrency;

@@ -214,3 +214,34 @@ def test_lancedb_branch_diff_and_cherry_pick(lancet):
     failed = t.branches.cherry_pick("late")
     assert failed["status"] == "failed"
     assert "baseMoved" in [e["code"] for e in failed["diff"]["errors"]]
+
+
+def test_lancedb_blobs_whole_split_and_by_range(lancet):
+    """fetch_blobs / fetch_blob_files (gated on phalanx-version 0.5): whole values, the 64 MiB
+    cap the client splits around (a single larger blob is read through the range route), and
+    seekable handles pinned to the version they were opened at."""
+    from lance.blob import blob_array, blob_field
+
+    db = lancedb.connect("db://test", api_key=lancet.key, host_override=lancet.base, region="us-east-1")
+    big = bytes(range(256)) * (40 << 12)  # 40 MiB: two of them pass the 64 MiB cap
+    huge = b"\x07" * (70 << 20)  # over the cap alone
+    schema = pa.schema([pa.field("id", pa.int64()), blob_field("img")])
+    data = pa.table({"id": [0, 1, 2, 3, 4], "img": blob_array([b"hello", None, b"", big, huge])}, schema=schema)
+    t = db.create_table("blobs", data)
+    assert t.blob_columns() == ["img"]
+    rows = t.search().with_row_id(True).select(["id"]).to_arrow().sort_by("id")
+    ids = rows["_rowid"].to_pylist()
+
+    small = t.fetch_blobs("img", [ids[2], ids[0], ids[1], ids[0]]).to_pylist()
+    assert small == [b"", b"hello", None, b"hello"]
+    # 40 + 40 + 70 MiB: refused whole, split by the client, the 70 MiB one read by ranges.
+    got = t.fetch_blobs("img", [ids[3], ids[0], ids[3], ids[4]]).to_pylist()
+    assert got[1] == b"hello" and got[0] == big and got[2] == big and got[3] == huge
+
+    files = t.fetch_blob_files("img", ids[:4])
+    assert files[1] is None and files[2].read() == b""
+    handle = files[3]
+    t.add(pa.table({"id": [9], "img": blob_array([b"later"])}, schema=schema), mode="overwrite")
+    handle.seek(1000)
+    assert handle.read(16) == big[1000:1016]
+    assert files[0].read() == b"hello"

@@ -134,6 +134,12 @@ pub async fn render_errors(request: Request, next: Next) -> Response {
             .unwrap_or(HeaderValue::from_static("1"));
         rendered.headers_mut().insert(header::RETRY_AFTER, retry);
     }
+    if let Some(range) = parts.headers.get(header::CONTENT_RANGE) {
+        // A 416 says how large the value is (`bytes */<size>`); range clients read it.
+        rendered
+            .headers_mut()
+            .insert(header::CONTENT_RANGE, range.clone());
+    }
     if err.status == StatusCode::UNAUTHORIZED {
         // RFC 6750: tell the client which scheme to use.
         rendered

@@ -6,6 +6,7 @@
 mod arrow_body;
 pub mod auth;
 mod batch;
+mod blobs;
 mod branch_merge;
 mod branches;
 mod clone;
@@ -56,7 +57,7 @@ pub type AppState = Arc<App>;
 /// The version the lancedb SDK reads from `phalanx-version` to decide which request shapes
 /// the server understands (0.3: structured full-text queries, multivector; 0.4: multipart
 /// writes).
-pub const PHALANX_VERSION: &str = "0.4.0";
+pub const PHALANX_VERSION: &str = "0.5.0";
 
 /// One row of the route table: method, path, the role it needs, and what the request carries
 /// (body kind and schema, query parameters) and the answer is, for `/v1/openapi.json`. Every
@@ -294,6 +295,17 @@ fn build() -> Routes {
         indexes::prewarm_pages,
     )
     .params(&[VERSION, BRANCH])
+    // Tables: blobs
+    .post("/v1/table/{id}/fetch_blobs", Read, blobs::fetch)
+    .params(&[VERSION, BRANCH])
+    .answers(Answer::ArrowStream)
+    .get(
+        "/v1/table/{id}/blob/{column}/{row_id}/bytes",
+        Read,
+        blobs::bytes,
+    )
+    .params(&[VERSION, BRANCH, RANGE])
+    .answers(Answer::Bytes)
     // Tables: schema
     .post("/v1/table/{id}/add_columns", Write, columns::add)
     .params(&[BRANCH])

@@ -107,6 +107,9 @@ pub enum Answer {
     Arrow,
     /// Arrow IPC stream format.
     ArrowStream,
+    /// Raw bytes, whole (200) or a range of them (206); 204 for a null value, 416 for a range
+    /// past its end.
+    Bytes,
 }
 
 /// A query parameter.
@@ -378,16 +381,29 @@ fn success(answer: Answer) -> Value {
             "description": "Arrow IPC stream format.",
             "content": {ARROW_STREAM: {}},
         }),
+        Answer::Bytes => json!({
+            "description": "The value's bytes.",
+            "content": {"application/octet-stream": {}},
+        }),
     }
 }
 
 fn responses(answer: Answer) -> Value {
     let error = json!({"$ref": "#/components/responses/Error"});
-    json!({
+    let mut all = json!({
         "200": success(answer),
         "400": error, "401": error, "403": error, "404": error, "409": error, "503": error,
         "4XX": error, "5XX": error,
-    })
+    });
+    if answer == Answer::Bytes {
+        all["206"] = json!({
+            "description": "The range asked for (`Content-Range` says which).",
+            "content": {"application/octet-stream": {}},
+        });
+        all["204"] = json!({"description": "The value is null."});
+        all["416"] = json!({"description": "The range starts past the value's end (`Content-Range: bytes */<size>`)."});
+    }
+    all
 }
 
 fn path_params(path: &str) -> Vec<Value> {

@@ -5,6 +5,7 @@
 //! lance's own commit protocol still protects against other writers.
 
 mod backfill;
+pub mod blobs;
 mod branch_merge;
 mod columns;
 mod flat_search;

@@ -19,6 +19,15 @@ pub const LANCEDB_DATABASE: Param = Param {
          answer shapes where clients disagree.",
     )
 };
+pub const RANGE: Param = Param {
+    header: true,
+    ..Param::new(
+        "range",
+        Kind::Text,
+        "One byte range (`bytes=first-last`, `bytes=first-`, `bytes=-suffix`): the answer is \
+         206 with `Content-Range`; none answers the whole value.",
+    )
+};
 pub const DELIMITER: Param = Param::new(
     "delimiter",
     Kind::Text,
