@@ -1,4 +1,6 @@
 """Real clients against Lancet: pylance, lance-namespace's REST and directory clients."""
+import urllib.request
+
 import lance
 import lance_namespace
 import pyarrow as pa
@@ -187,16 +189,38 @@ def test_transactions_through_the_namespace_client(lancet):
     assert d.properties["operation"] == "Delete" and d.properties["version"] == str(r["version"])
 
 
+def version_creates(lancet):
+    """How many `version/create` requests the server has answered 200 (from /metrics)."""
+    with urllib.request.urlopen(lancet.base + "/metrics") as r:
+        text = r.read().decode()
+    for line in text.splitlines():
+        if line.startswith('lancet_http_requests_total{route="/v1/table/{id}/version/create",method="POST",status="200"'):
+            return int(line.rsplit(" ", 1)[1])
+    return 0
+
+
 def test_pylance_writes_a_table_through_the_rest_namespace(lancet):
-    """lance.write_dataset with namespace_client + table_id: the namespace declares the table
-    and tells lance where it lives; lance writes there; Lancet serves what it wrote."""
+    """lance.write_dataset with namespace_client + table_id on a namespace-managed table
+    (`managed_versioning` true): the namespace declares the table and tells lance where it
+    lives; lance writes the data files there and commits each version through Lancet
+    (`version/create`); Lancet serves what it wrote."""
     ns = lance_namespace.connect("rest", {"uri": lancet.base, "header.Authorization": f"Bearer {lancet.key}"})
     ns.create_namespace(CreateNamespaceRequest(id=["pw"]))
     ds = lance.write_dataset(pa.table({"id": list(range(10))}), namespace_client=ns, table_id=["pw", "t"], mode="create")
     assert (ds.version, ds.count_rows()) == (1, 10)
+    assert version_creates(lancet) == 1
     ds = lance.write_dataset(pa.table({"id": [100, 101]}), namespace_client=ns, table_id=["pw", "t"], mode="append")
     assert (ds.version, ds.count_rows()) == (2, 12)
-    assert lance.dataset(namespace_client=ns, table_id=["pw", "t"]).count_rows() == 12
+    assert version_creates(lancet) == 2
+    # A version Lancet itself wrote is the latest for the namespace-managed reader too.
+    lancet.insert("pw$t", pa.table({"id": [200]}))
+    assert lance.dataset(namespace_client=ns, table_id=["pw", "t"]).count_rows() == 13
+    ds = lance.write_dataset(pa.table({"id": [300]}), namespace_client=ns, table_id=["pw", "t"], mode="append")
+    assert (ds.version, ds.count_rows()) == (4, 14)
+    ds = lance.write_dataset(pa.table({"id": [1]}), namespace_client=ns, table_id=["pw", "t"], mode="overwrite")
+    assert (ds.version, ds.count_rows()) == (5, 1)
+    assert version_creates(lancet) == 4
+    lancet.insert("pw$t", pa.table({"id": [2]}))
     described = ns.describe_table(DescribeTableRequest(id=["pw", "t"]))
-    assert described.version == 2
-    assert ns.count_table_rows(CountTableRowsRequest(id=["pw", "t"], predicate="id >= 100")).count == 2
+    assert (described.version, described.managed_versioning) == (6, True)
+    assert ns.count_table_rows(CountTableRowsRequest(id=["pw", "t"], predicate="id >= 1")).count == 2

@@ -124,6 +124,7 @@ pub async fn declare(
         if let Some(options) = vended {
             r.storage_options = Some(options);
         }
+        r.managed_versioning = Some(true);
         r
     }))
 }
@@ -202,6 +203,9 @@ pub async fn describe(
         "table_uri": location,
         "properties": entry.properties.unwrap_or_default(),
         "storage_options": vended.or(entry.storage_options).unwrap_or_default(),
+        // Lance clients that open the table through the namespace commit through it too
+        // (`version/create`), so every version goes through Lancet's checks.
+        "managed_versioning": true,
     });
     match app.store.read(&location, &at).await {
         Ok(ds) => {
@@ -221,7 +225,6 @@ pub async fn describe(
             out["is_only_declared"] = json!(false);
             // The table's own key-value metadata (lance's schema metadata).
             out["metadata"] = json!(ds.schema().metadata);
-            out["managed_versioning"] = json!(false);
             let deleted = ds.count_deleted_rows().await.map_err(ApiError::from)?;
             out["stats"] =
                 json!({ "num_deleted_rows": deleted, "num_fragments": ds.count_fragments() });

@@ -17,7 +17,9 @@ pub struct VersionInfo {
 
 /// Where a version's manifest is, as the spec's `TableVersion` reports it.
 pub struct ManifestFile {
-    /// The manifest's URI: the table's location joined with `_versions/<file>`.
+    /// The manifest's path in the object store (no scheme or bucket), as upstream's
+    /// directory namespace answers it: lance clients that manage versions through the
+    /// namespace read the manifest from exactly this path.
     pub path: String,
     pub size: Option<u64>,
     pub e_tag: Option<String>,
@@ -112,7 +114,7 @@ impl Store {
                 let file = path.filename()?;
                 let meta = listed.get(file)?;
                 Some(ManifestFile {
-                    path: format!("{}/_versions/{file}", location.trim_end_matches('/')),
+                    path: meta.location.to_string(),
                     size: Some(meta.size),
                     e_tag: meta.e_tag.clone(),
                 })
