@@ -21,6 +21,7 @@ pub mod store;
 pub mod tenants;
 pub mod upkeep;
 pub mod uploads;
+pub mod views;
 pub mod virtual_columns;
 
 use auth::Authenticator;

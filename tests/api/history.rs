@@ -25,10 +25,12 @@ async fn versions_restore_and_tags() {
         .to_string();
     for entry in v["versions"].as_array().unwrap() {
         let path = entry["manifest_path"].as_str().unwrap();
-        let root = location.trim_start_matches("file://").trim_start_matches('/');
+        let root = location
+            .trim_start_matches("file://")
+            .trim_start_matches('/');
         assert!(path.starts_with(&format!("{root}/_versions/")), "{entry}");
-        let on_disk = std::fs::metadata(format!("/{path}"))
-            .unwrap_or_else(|e| panic!("{path}: {e}"));
+        let on_disk =
+            std::fs::metadata(format!("/{path}")).unwrap_or_else(|e| panic!("{path}: {e}"));
         assert_eq!(entry["manifest_size"], on_disk.len(), "{entry}");
         assert!(entry["e_tag"].is_string(), "{entry}");
     }

@@ -32,3 +32,4 @@ mod table_versions;
 mod transactions;
 mod udf;
 mod upkeep;
+mod views;

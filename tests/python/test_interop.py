@@ -1,4 +1,5 @@
 """Real clients against Lancet: pylance, lance-namespace's REST and directory clients."""
+import time
 import urllib.request
 
 import lance
@@ -224,3 +225,38 @@ def test_pylance_writes_a_table_through_the_rest_namespace(lancet):
     described = ns.describe_table(DescribeTableRequest(id=["pw", "t"]))
     assert (described.version, described.managed_versioning) == (6, True)
     assert ns.count_table_rows(CountTableRowsRequest(id=["pw", "t"], predicate="id >= 1")).count == 2
+
+
+def test_materialized_view_through_the_rest_namespace_client(lancet):
+    """The spec's CreateMaterializedView (kind `query`, the source query as SQL, the output
+    schema checked) and RefreshMaterializedView, through pylance's REST namespace client."""
+    import base64
+
+    from lance_namespace import CreateMaterializedViewRequest, RefreshMaterializedViewRequest
+
+    ns = lance_namespace.connect("rest", {"uri": lancet.base, "header.Authorization": f"Bearer {lancet.key}"})
+    lancet.create_table("src", rows(20))
+    out = pa.schema([pa.field("id", pa.int64()), pa.field("text", pa.string())])
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, out):
+        pass
+    schema_b64 = base64.b64encode(sink.getvalue().to_pybytes()).decode()
+    created = ns.create_materialized_view(CreateMaterializedViewRequest(
+        id=["mv"], kind="query", source_query="SELECT id, text FROM src WHERE id < 5", output_schema=schema_b64,
+        with_no_data=False))
+    assert created.job_id and created.version == 1
+    job = lancet.post("/v1/jobs/describe", {"job_id": created.job_id})
+    for _ in range(200):
+        if job["job_state"] == "DONE":
+            break
+        time.sleep(0.05)
+        job = lancet.post("/v1/jobs/describe", {"job_id": created.job_id})
+    assert job["result"]["rows_written"] == 5, job
+    assert ns.count_table_rows(CountTableRowsRequest(id=["mv"])).count == 5
+    lancet.insert("src", rows(3, start=1))
+    refreshed = ns.refresh_materialized_view(RefreshMaterializedViewRequest(id=["mv"]))
+    assert refreshed.job_id
+    # A kind Lancet cannot maintain is refused by name.
+    with pytest.raises(Exception, match="udtf"):
+        ns.create_materialized_view(CreateMaterializedViewRequest(
+            id=["mv2"], kind="udtf", source_query="SELECT id FROM src", output_schema=schema_b64))

@@ -245,3 +245,31 @@ def test_lancedb_blobs_whole_split_and_by_range(lancet):
     handle.seek(1000)
     assert handle.read(16) == big[1000:1016]
     assert files[0].read() == b"hello"
+
+
+def test_lancedb_materialized_view_create_refresh_list_drop(lancet):
+    """create_materialized_view (the SQL the client writes from select/where/limit), its first
+    refresh as a job, refresh after the source changed, the definition read back, list, drop."""
+    db = lancedb.connect("db://test", api_key=lancet.key, host_override=lancet.base, region="us-east-1")
+    src = db.create_table("people", pa.table({"id": list(range(10)), "age": [10 * i for i in range(10)], "name": [f"p{i}" for i in range(10)]}))
+    view = db.create_materialized_view("adults", "people", select={"id": "id", "age2": "age * 2"}, where="age >= 30", limit=100)
+    assert view.definition.query == "SELECT id, age * 2 AS age2 FROM people WHERE age >= 30 LIMIT 100"
+    rows = view.table.search().to_arrow().sort_by("id").to_pydict()
+    assert rows == {"id": [3, 4, 5, 6, 7, 8, 9], "age2": [60, 80, 100, 120, 140, 160, 180]}
+
+    src.add(pa.table({"id": [100, 1000], "age": [99, 5], "name": ["x", "y"]}))
+    result = view.refresh()
+    assert (result.rows_written, result.source_version) == (8, 2)
+    assert result.version == view.table.version
+    assert sorted(view.table.search().to_arrow()["id"].to_pylist()) == [3, 4, 5, 6, 7, 8, 9, 100]
+    # A refresh at an older source version recomputes from it.
+    assert view.refresh(source_version=1).rows_written == 7
+
+    empty = db.create_materialized_view("later", "people", select=["id", "name"], with_no_data=True)
+    assert empty.table.count_rows() == 0
+    assert empty.refresh().rows_written == 12
+    assert sorted(db.list_materialized_views()) == ["adults", "later"]
+    assert db.open_materialized_view("later").definition.query == "SELECT id, name FROM people"
+    db.drop_materialized_view("adults")
+    assert db.list_materialized_views() == ["later"]
+    assert sorted(db.list_tables().tables) == ["later", "people"]

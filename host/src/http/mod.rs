@@ -34,6 +34,7 @@ mod transactions;
 mod upkeep;
 mod vend;
 mod versions;
+mod views;
 
 use std::sync::Arc;
 
@@ -190,6 +191,19 @@ fn build() -> Routes {
         namespaces::list_tables,
     )
     .params(&[LIMIT, PAGE_TOKEN, INCLUDE_DECLARED])
+    // Materialized views
+    .post("/v1/materialized_view/{id}/create", Write, views::create)
+    .answers(Answer::Started)
+    .post("/v1/materialized_view/{id}/describe", Read, views::describe)
+    .post("/v1/materialized_view/{id}/refresh", Write, views::refresh)
+    .answers(Answer::Started)
+    .post("/v1/materialized_view/{id}/drop", Write, views::drop)
+    .get(
+        "/v1/namespace/{id}/materialized_view/list",
+        Read,
+        views::list,
+    )
+    .params(&[LIMIT, PAGE_TOKEN])
     // Tables: catalog
     .get("/v1/table", Read, tables::list_all)
     .params(&[LIMIT, PAGE_TOKEN, INCLUDE_DECLARED, DELIMITER])

@@ -107,6 +107,8 @@ pub enum Answer {
     Arrow,
     /// Arrow IPC stream format.
     ArrowStream,
+    /// A JSON object; 201 or 202 (with a `job_id`) when work was started in the background.
+    Started,
     /// Raw bytes, whole (200) or a range of them (206); 204 for a null value, 416 for a range
     /// past its end.
     Bytes,
@@ -365,7 +367,7 @@ fn error_schema() -> Value {
 
 fn success(answer: Answer) -> Value {
     match answer {
-        Answer::Object => json!({
+        Answer::Object | Answer::Started => json!({
             "description": "A JSON object.",
             "content": {"application/json": {"schema": {"type": "object"}}},
         }),
@@ -395,6 +397,10 @@ fn responses(answer: Answer) -> Value {
         "400": error, "401": error, "403": error, "404": error, "409": error, "503": error,
         "4XX": error, "5XX": error,
     });
+    if answer == Answer::Started {
+        all["201"] = success(answer);
+        all["202"] = success(answer);
+    }
     if answer == Answer::Bytes {
         all["206"] = json!({
             "description": "The range asked for (`Content-Range` says which).",

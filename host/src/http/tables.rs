@@ -273,6 +273,15 @@ pub async fn drop(
     State(app): State<AppState>,
     Model(target, request): Model<DropTableRequest>,
 ) -> ApiResult<Response> {
+    respond(drop_table(&app, &target, request).await?)
+}
+
+/// Drop the table `target` names: its catalog entry and its directory.
+pub(super) async fn drop_table(
+    app: &AppState,
+    target: &Target,
+    request: DropTableRequest,
+) -> ApiResult<lance_namespace::models::DropTableResponse> {
     let location = target.catalog.locate(&target.id).await?;
     let _guard = target.catalog.commit_lock.lock().await?;
     let _writes = app.store.write_lock(&location, None).await;
@@ -299,7 +308,7 @@ pub async fn drop(
     };
     target.catalog.invalidate(&target.id);
     app.store.forget(&location);
-    respond(response)
+    Ok(response)
 }
 
 pub async fn deregister(

@@ -9,6 +9,7 @@ mod helper;
 pub mod optimize;
 mod ownership;
 mod pause;
+pub mod refresh;
 pub mod spec;
 pub mod state;
 pub mod transaction;
@@ -137,6 +138,7 @@ impl Job {
             .map(|f| json!({"phase": f.phase, "message": f.message, "retryable": f.retryable}));
         let progress = match &r.spec {
             JobSpec::Backfill(_) => self.backfill_progress(&r),
+            JobSpec::Refresh(_) => json!({ "steps": r.steps }),
             JobSpec::Optimize(spec) => {
                 let done = spec
                     .actions

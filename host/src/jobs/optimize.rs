@@ -244,7 +244,7 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
 /// Resolves once the job is asked to stop. Dropping a phase's future mid-way is safe: lance
 /// makes nothing visible before its commit, and files written for a commit that never came
 /// are removed by a later cleanup.
-async fn cancelled(job: &Job) {
+pub(super) async fn cancelled(job: &Job) {
     while !job.cancelled() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 
 use super::events::JobEvent;
 use super::state::JobState;
-use super::{Job, backfill, optimize, spec::JobSpec};
+use super::{Job, backfill, optimize, refresh, spec::JobSpec};
 use crate::App;
 use crate::error::ApiResult;
 use crate::root::Lease;
@@ -25,6 +25,7 @@ pub(super) fn start(app: &Arc<App>, job: Arc<Job>, lease: Lease) {
         match job.snapshot().spec {
             JobSpec::Backfill(_) => backfill::run(app.clone(), job.clone()).await,
             JobSpec::Optimize(_) => optimize::run(app.clone(), job.clone()).await,
+            JobSpec::Refresh(_) => refresh::run(app.clone(), job.clone()).await,
         }
         let _ = stop.send(());
         let _ = keeper.await;

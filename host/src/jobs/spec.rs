@@ -62,6 +62,7 @@ pub struct BackfillSpec {
 pub enum JobSpec {
     Backfill(BackfillSpec),
     Optimize(super::optimize::OptimizeSpec),
+    Refresh(super::refresh::RefreshSpec),
 }
 
 impl JobSpec {
@@ -69,6 +70,7 @@ impl JobSpec {
         match self {
             JobSpec::Backfill(s) => &s.table_id,
             JobSpec::Optimize(s) => &s.table_id,
+            JobSpec::Refresh(s) => &s.table_id,
         }
     }
 
@@ -76,13 +78,14 @@ impl JobSpec {
         match self {
             JobSpec::Backfill(s) => s.branch.as_deref(),
             JobSpec::Optimize(s) => s.branch.as_deref(),
+            JobSpec::Refresh(_) => None,
         }
     }
 
     pub fn backfill(&self) -> Option<&BackfillSpec> {
         match self {
             JobSpec::Backfill(s) => Some(s),
-            JobSpec::Optimize(_) => None,
+            JobSpec::Optimize(_) | JobSpec::Refresh(_) => None,
         }
     }
 }

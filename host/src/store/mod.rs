@@ -16,6 +16,7 @@ mod query;
 mod staged;
 mod upkeep;
 mod vector_cache;
+mod views;
 mod write;
 
 pub use backfill::*;

@@ -1,0 +1,116 @@
+//! Materialized view refreshes (`job_type: "materialized_view_refresh"`): the view's rows are
+//! replaced by its query over the source, at the version the request named (default: the
+//! latest when the job runs), in one overwrite commit. A refresh cut off by a crash, cancel or
+//! pause made nothing visible, so a job resumed on any node simply runs again.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::optimize::cancelled;
+use super::spec::JobSpec;
+use super::state::Failure;
+use super::{Job, JobManager, Stop, new_job_id, new_record, ownership};
+use crate::App;
+use crate::error::{ApiError, ApiResult};
+use crate::views::SOURCE_VERSION_KEY;
+use crate::views::definition::Definition;
+
+pub const REFRESH: &str = "materialized_view_refresh";
+const STEP: &str = "refresh";
+
+/// What a refresh job does; stored with the job and shown by describe.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RefreshSpec {
+    /// The view's id.
+    pub table_id: Vec<String>,
+    /// The view's defining query.
+    pub view_query: String,
+    /// Where the source table is.
+    pub source_location: String,
+    /// The source version to read; None: the latest when the job runs.
+    pub source_version: Option<u64>,
+}
+
+impl JobManager {
+    /// Record a refresh of the view at `location` and start it. One refresh per view at a
+    /// time: another is refused (409) while one is in progress.
+    pub async fn submit_refresh(
+        &self,
+        app: &Arc<App>,
+        tenant: &str,
+        location: String,
+        spec: RefreshSpec,
+    ) -> ApiResult<String> {
+        let job_id = new_job_id();
+        let record = new_record(&job_id, REFRESH, tenant, location, JobSpec::Refresh(spec));
+        let (job, lease) = self
+            .insert_unless(record, |other| {
+                matches!(other.spec, JobSpec::Refresh(_)).then(|| {
+                    format!(
+                        "the view already has a refresh in progress (job {})",
+                        other.job_id
+                    )
+                })
+            })
+            .await?;
+        ownership::start(app, job, lease);
+        Ok(job_id)
+    }
+}
+
+/// Run a refresh job to its end (also one resumed at start-up or taken over).
+pub(super) async fn run(app: Arc<App>, job: Arc<Job>) {
+    let (a, j) = (app.clone(), job.clone());
+    let outcome = job.run_caught(async move { drive(&a, &j).await }).await;
+    job.finish(outcome, |r| {
+        r.steps.get(STEP).cloned().unwrap_or(Value::Null)
+    })
+    .await;
+}
+
+fn failed(e: ApiError) -> Stop {
+    Stop::Failed(Failure {
+        phase: STEP.to_string(),
+        retryable: matches!(
+            e.code,
+            lance_namespace::ErrorCode::ConcurrentModification
+                | lance_namespace::ErrorCode::ServiceUnavailable
+        ),
+        message: e.message,
+    })
+}
+
+async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
+    let record = job.snapshot();
+    let JobSpec::Refresh(spec) = &record.spec else {
+        return Err(failed(ApiError::internal("not a refresh job")));
+    };
+    let def = Definition::parse(&spec.view_query).map_err(failed)?;
+    let mark = |v: u64| HashMap::from([(SOURCE_VERSION_KEY.to_string(), v.to_string())]);
+    let work = app.store.refresh_view(
+        &record.location,
+        &spec.source_location,
+        spec.source_version,
+        &def,
+        mark,
+    );
+    let done = tokio::select! {
+        r = work => r.map_err(failed)?,
+        _ = cancelled(job) => return Err(Stop::Cancelled),
+    };
+    // The lancedb client's RefreshMaterializedViewResult.
+    let result = json!({
+        "mode": "rebuild",
+        "rows_written": done.rows_written,
+        "source_version": done.source_version,
+        "version": done.version,
+    });
+    job.update(|r| {
+        r.steps.insert(STEP.to_string(), result.clone());
+    })
+    .await
+    .map_err(failed)
+}
