@@ -506,8 +506,66 @@ async fn udf_failures_fail_the_job_or_become_nulls() {
     for (id, v) in int_pairs(&rows, "checked") {
         assert_eq!(v, (id >= 0).then_some(id), "id {id}");
     }
+    // Each nulled row is recorded with its error (the lancedb client's `function_errors`).
+    let errs = s.ok("/v1/table/f/errors", json!({})).await;
+    let recs = errs["records"].as_array().unwrap();
+    let mut offsets: Vec<u64> = recs
+        .iter()
+        .map(|r| r["row_offset"].as_u64().unwrap())
+        .collect();
+    offsets.sort();
+    assert_eq!(offsets, vec![0, 1, 2, 3, 4], "{errs}");
+    for r in recs {
+        assert_eq!(
+            (
+                &r["job_id"],
+                &r["fragment_id"],
+                &r["column"],
+                &r["error_type"]
+            ),
+            (
+                &json!(job),
+                &json!(1),
+                &json!("checked"),
+                &json!("guest_error")
+            ),
+            "{r}"
+        );
+        assert_eq!(r["table_version"], d["spec"]["read_version"], "{r}");
+        assert!(!r["error_message"].as_str().unwrap().is_empty(), "{r}");
+    }
+    assert_eq!(errs["truncated"], false);
+    let limited = s.ok("/v1/table/f/errors", json!({"limit": 2})).await;
+    assert_eq!(limited["records"].as_array().unwrap().len(), 2, "{limited}");
+    assert_eq!(limited["truncated"], true);
+    for body in [json!({"column": "id"}), json!({"job_id": "job-0-none"})] {
+        let none = s.ok("/v1/table/f/errors", body).await;
+        assert_eq!(none["records"], json!([]), "{none}");
+    }
+    let (st, b) = s.post("/v1/table/f/errors", json!({"limit": 0})).await;
+    assert_error(st, &b, 400, 13);
+    // Past 100 failures in one checkpoint the rest are counted, as a capped fragment.
+    let (st, b) = s.post_arrow("/v1/table/g/create", &sample(-150, 150)).await;
+    assert_eq!(st, 200, "{b}");
+    add_virtual(
+        &s,
+        "g",
+        "checked",
+        vc("misbehave", "fail_negative", &["id"], &[]),
+    )
+    .await;
+    let job = s
+        .backfill("g", json!({"column": "checked", "manifest": m.to_string()}))
+        .await;
+    assert_eq!(s.wait_job(&job).await["result"]["rows_nulled"], 150);
+    let errs = s.ok("/v1/table/g/errors", json!({})).await;
+    assert_eq!(errs["records"].as_array().unwrap().len(), 100);
+    assert_eq!(
+        errs["fragments"],
+        json!([{"job_id": job, "fragment_id": 0, "rows_skipped": 150, "rows_recorded": 100}])
+    );
 
-    // Both jobs and their UDF calls show in /metrics, by tenant.
+    // The jobs and their UDF calls show in /metrics, by tenant.
     use crate::operability::{metric as metric_value, scrape};
     let text = scrape(&s).await;
     let jobs = |state: &str| {
@@ -518,7 +576,7 @@ async fn udf_failures_fail_the_job_or_become_nulls() {
     };
     assert_eq!(
         (jobs("FAILED"), jobs("DONE")),
-        (Some(1.0), Some(1.0)),
+        (Some(1.0), Some(2.0)),
         "{text}"
     );
     let calls = metric_value(&text, r#"lancet_udf_calls_total{tenant="default"}"#).unwrap();

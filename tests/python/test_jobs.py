@@ -97,3 +97,23 @@ def test_lancedb_pauses_resumes_and_reads_job_events(lancet):
     with pytest.raises(Exception) as err:
         db.resume_job(job_id)  # finished: 409
     assert "409" in str(err.value)
+
+
+def test_lancedb_reads_the_rows_a_backfill_nulled(lancet):
+    """Table.function_errors (`table/{id}/errors`): each row a UDF failed on under
+    `on_error: null`, with its job, fragment offset and error."""
+    lancet.post("/v1/namespace/test/create")
+    ids = list(range(-3, 5))
+    lancet.create_table("test$e", pa.table({"id": ids}))
+    column = virtual_column("misbehave", "fail_negative", ["id"])
+    manifest = json.loads(column["manifest"])
+    manifest["on_error"] = "null"
+    lancet.post("/v1/table/test$e/add_columns", {"new_columns": [{"name": "checked", "virtual_column": column}]})
+    job_id = lancet.post("/v1/table/test$e/backfill_column", {"column": "checked", "manifest": json.dumps(manifest)})["job_id"]
+    db = lancedb.connect("db://test", api_key=lancet.key, host_override=lancet.base, region="us-east-1")
+    db.open_job(job_id).wait()
+    errors = db.open_table("e").function_errors()
+    assert sorted(r.row_offset for r in errors.records) == [0, 1, 2]
+    assert {(r.job_id, r.column, r.fragment_id, r.error_type) for r in errors.records} == {(job_id, "checked", 0, "guest_error")}
+    assert errors.truncated is False and errors.fragments == []
+    assert db.open_table("e").function_errors(column="other").records == []

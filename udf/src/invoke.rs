@@ -19,6 +19,19 @@ pub struct InvokeOutput {
     pub array: ArrayRef,
     /// Rows that failed and were set to null (only under `on_error: null`).
     pub nulled_rows: usize,
+    /// Which rows those were, and why (the calls bisection isolated), in row order.
+    pub failures: Vec<RowFailure>,
+}
+
+/// A run of input rows the UDF failed on under `on_error: null`.
+#[derive(Debug, Clone)]
+pub struct RowFailure {
+    /// The first row, as an offset into the input batch.
+    pub offset: usize,
+    pub rows: usize,
+    /// `guest_error`, `trap` or `stack_overflow`.
+    pub error_type: &'static str,
+    pub message: String,
 }
 
 /// Part of a result: computed values, or rows that failed under `on_error: null`.
@@ -185,12 +198,29 @@ fn assemble(pieces: Vec<Piece>, expected: Option<&DataType>) -> Result<InvokeOut
         })
     });
     let mut nulled_rows = 0;
+    let mut failures = Vec::new();
+    let mut offset = 0;
     let mut arrays = Vec::with_capacity(pieces.len());
     for piece in pieces {
         match (piece, &data_type) {
-            (Piece::Values(a), _) => arrays.push(a),
-            (Piece::Failed(n, _), Some(t)) => {
+            (Piece::Values(a), _) => {
+                offset += a.len();
+                arrays.push(a)
+            }
+            (Piece::Failed(n, e), Some(t)) => {
                 nulled_rows += n;
+                failures.push(RowFailure {
+                    offset,
+                    rows: n,
+                    error_type: match e {
+                        UdfError::Guest { .. } => "guest_error",
+                        UdfError::Trap { .. } => "trap",
+                        UdfError::StackOverflow { .. } => "stack_overflow",
+                        _ => "error",
+                    },
+                    message: e.to_string(),
+                });
+                offset += n;
                 arrays.push(new_null_array(t, n));
             }
             // Every row failed and no type was declared: nothing to build nulls of.
@@ -205,5 +235,9 @@ fn assemble(pieces: Vec<Piece>, expected: Option<&DataType>) -> Result<InvokeOut
                 .map_err(|e| UdfError::Internal(format!("concatenating results: {e}")))?
         }
     };
-    Ok(InvokeOutput { array, nulled_rows })
+    Ok(InvokeOutput {
+        array,
+        nulled_rows,
+        failures,
+    })
 }

@@ -27,7 +27,7 @@ mod runtime;
 
 pub use call_stats::CallStats;
 pub use error::UdfError;
-pub use invoke::InvokeOutput;
+pub use invoke::{InvokeOutput, RowFailure};
 pub use limits::{Limits, LimitsOverride};
 pub use manifest::{
     ABI_NAME, ABI_VERSION, MAX_MODULE_BYTES, Manifest, OLDEST_ABI_VERSION, OnError, sha256_hex,

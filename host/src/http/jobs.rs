@@ -232,3 +232,47 @@ fn as_seen_by(caller: &Caller, mut job: Value) -> Value {
     };
     job
 }
+
+#[derive(Deserialize, Default, schemars::JsonSchema)]
+#[serde(default)]
+pub struct ErrorsBody {
+    #[serde(flatten)]
+    common: Common,
+    /// Only the rows this backfill job recorded.
+    job_id: Option<String>,
+    /// Only failures computing this column.
+    column: Option<String>,
+    /// Most records in the answer (default 10000, at most 100000).
+    limit: Option<i64>,
+}
+
+/// `table/{id}/errors`: the rows backfills of this table (and branch) set to null because
+/// their UDF failed on them (`on_error: null`), newest job first.
+pub async fn row_errors(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<ErrorsBody>,
+) -> ApiResult<Response> {
+    use crate::jobs::row_errors::{DEFAULT_LIMIT, ErrorsQuery, MAX_LIMIT};
+    let location = app.table(&target, &body.common.id).await?;
+    let branch = target.branch(&body.common.branch);
+    let limit = match body.limit {
+        None => DEFAULT_LIMIT,
+        Some(l) if l <= 0 => {
+            return Err(ApiError::invalid(format!(
+                "limit must be positive, got {l}"
+            )));
+        }
+        Some(l) => (l as u64).min(MAX_LIMIT as u64) as usize,
+    };
+    let query = ErrorsQuery {
+        location: &location,
+        branch: branch.as_deref(),
+        job_id: body.job_id.as_deref().filter(|j| !j.is_empty()),
+        column: body.column.as_deref().filter(|c| !c.is_empty()),
+        limit,
+    };
+    Ok(reply(
+        app.jobs.row_errors(target.caller.tenant(), query).await?,
+    ))
+}

@@ -309,6 +309,8 @@ fn build() -> Routes {
         indexes::prewarm_pages,
     )
     .params(&[VERSION, BRANCH])
+    .post("/v1/table/{id}/errors", Read, jobs::row_errors)
+    .params(&[BRANCH])
     // Tables: blobs
     .post("/v1/table/{id}/fetch_blobs", Read, blobs::fetch)
     .params(&[VERSION, BRANCH])

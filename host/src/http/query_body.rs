@@ -359,6 +359,13 @@ pub fn parse(body: &Value) -> ApiResult<QuerySpec> {
     if !body.is_object() {
         return Err(ApiError::invalid("the query body must be a JSON object"));
     }
+    // The lancedb client's "read through the LSM write path": Lancet has none (every write
+    // is a commit to the table), so `false` is what every query does and `true` is refused.
+    if boolean(body, "use_lsm")? == Some(true) {
+        return Err(ApiError::invalid(
+            "use_lsm: Lancet has no LSM write path; every write is already in the table",
+        ));
+    }
     let vector = match field(body, "vector") {
         Some(v) => parse_vector(v)?,
         None => None,
@@ -446,6 +453,8 @@ mod tests {
         assert_eq!(parse(&json!({"k": 7, "limit": 7})).unwrap().k, Some(7));
         assert!(parse(&json!({"k": 7, "limit": 8})).is_err());
         assert!(parse(&json!({"limit": -1})).is_err());
+        assert!(parse(&json!({"use_lsm": true})).is_err());
+        assert!(parse(&json!({"use_lsm": false})).is_ok());
         assert!(parse(&json!({"vector": [1.0], "distance_type": "manhattan"})).is_err());
         assert!(parse(&json!({"full_text_query": {"string_query": {"query": "a"}, "structured_query": {"query": {"match": {"terms": "a"}}}}})).is_err());
     }

@@ -23,6 +23,7 @@ use serde_json::json;
 
 use super::events::JobEvent;
 use super::helper::{self, Task, open_tasks};
+use super::row_errors::RowErrors;
 use super::spec::BackfillSpec;
 use super::state::{Checkpoint, Failure, FragmentPlan, FragmentStatus, Plan, covered};
 use super::{Job, Stop, read_at};
@@ -424,6 +425,12 @@ pub(super) async fn run_task(ctx: &Arc<Ctx>, task: Task) -> Result<(), Stop> {
         selected: 0,
         nulled: 0,
     };
+    let mut errors = RowErrors {
+        fragment: task.fragment,
+        function: ctx.udf.label().to_string(),
+        function_version: ctx.udf.version().to_string(),
+        ..Default::default()
+    };
     let mut last_flush = Instant::now();
     while let Some(sb) = batches.try_next().await? {
         ctx.check()?;
@@ -435,7 +442,7 @@ pub(super) async fn run_task(ctx: &Arc<Ctx>, task: Task) -> Result<(), Stop> {
             (vec![old], 0)
         } else if picked.len() == sb.batch.num_rows() {
             // Every row selected (a first backfill): no gather before or merge after the calls.
-            compute(ctx, &sb.batch, &picked, sb.start, task.fragment, &mut size).await?
+            compute(ctx, &sb.batch, &picked, sb.start, &mut errors, &mut size).await?
         } else {
             let input = arrow_select::take::take_record_batch(
                 &sb.batch,
@@ -443,7 +450,7 @@ pub(super) async fn run_task(ctx: &Arc<Ctx>, task: Task) -> Result<(), Stop> {
             )
             .map_err(ApiError::from)?;
             let (parts, nulled) =
-                compute(ctx, &input, &picked, sb.start, task.fragment, &mut size).await?;
+                compute(ctx, &input, &picked, sb.start, &mut errors, &mut size).await?;
             // Unselected rows keep their current value: the file replaces the whole column.
             // Source 0 is the current column, sources 1.. the calls' results in order.
             let (mut part, mut pos) = (0, 0);
@@ -488,12 +495,12 @@ pub(super) async fn run_task(ctx: &Arc<Ctx>, task: Task) -> Result<(), Stop> {
             || (buffered >= MAX_BUFFERED_BATCHES * spec.max_checkpoint_size
                 && buffered_bytes >= MIN_CHECKPOINT_BYTES)
         {
-            flush(ctx, &mut pending, &mut buffer).await?;
+            flush(ctx, &mut pending, &mut buffer, &mut errors).await?;
             last_flush = Instant::now();
             buffered_bytes = 0;
         }
     }
-    flush(ctx, &mut pending, &mut buffer).await?;
+    flush(ctx, &mut pending, &mut buffer, &mut errors).await?;
     if pending.start != task.end {
         return Err(failed(
             "compute",
@@ -508,15 +515,17 @@ pub(super) async fn run_task(ctx: &Arc<Ctx>, task: Task) -> Result<(), Stop> {
 
 /// Run the UDF over `input` (the selected rows of one read batch) in calls of the adaptive
 /// `size`, `intra_applier_concurrency` at a time. `picked` maps input rows to batch rows, for
-/// naming the rows of a failed call. Returns the calls' results in order (not concatenated).
+/// naming the rows of a failed call (and of the rows nulled, added to `errors`). Returns the
+/// calls' results in order (not concatenated).
 async fn compute(
     ctx: &Arc<Ctx>,
     input: &arrow_array::RecordBatch,
     picked: &[u32],
     batch_start: u64,
-    fragment: u64,
+    errors: &mut RowErrors,
     size: &mut usize,
 ) -> Result<(Vec<ArrayRef>, u64), Stop> {
+    let fragment = errors.fragment;
     let spec = &ctx.spec;
     let mut results = Vec::new();
     let mut nulled = 0;
@@ -555,6 +564,11 @@ async fn compute(
                 .map_err(|e| failed("compute", format!("{}: {}", rows(), e.message)))?;
             slowest = slowest.max(took);
             nulled += computed.nulled;
+            for f in &computed.failures {
+                let rows = (off + f.offset..off + f.offset + f.rows)
+                    .map(|i| batch_start + picked[i] as u64);
+                errors.add(rows, f.error_type, &f.message);
+            }
             results.push(computed.values);
         }
         *size = adapt(
@@ -584,9 +598,18 @@ async fn flush(
     ctx: &Arc<Ctx>,
     pending: &mut Checkpoint,
     buffer: &mut Vec<ArrayRef>,
+    errors: &mut RowErrors,
 ) -> ApiResult<()> {
     if pending.end == pending.start {
         return Ok(());
+    }
+    if errors.rows_failed > 0 {
+        // Before the checkpoint: rows checkpointed always have their failures recorded.
+        errors.start = pending.start;
+        errors.created_at_millis = chrono::Utc::now().timestamp_millis();
+        ctx.job.dir.write_row_errors(errors).await?;
+        errors.rows.clear();
+        errors.rows_failed = 0;
     }
     let values = std::mem::take(buffer);
     let (dir, ckpt, field) = (ctx.job.dir.clone(), *pending, ctx.field.clone());

@@ -10,6 +10,7 @@ pub mod optimize;
 mod ownership;
 mod pause;
 pub mod refresh;
+pub mod row_errors;
 pub mod spec;
 pub mod state;
 pub mod transaction;

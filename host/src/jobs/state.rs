@@ -151,6 +151,15 @@ impl JobDir {
         }
     }
 
+    /// Where the job's objects are, under the root.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    pub fn root(&self) -> &RootStore {
+        &self.root
+    }
+
     fn record_key(&self) -> String {
         format!("{}/job.json", self.prefix)
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{Field, Schema};
-use lancet_udf::{Limits, Manifest, OnError, PreparedUdf, Runtime};
+use lancet_udf::{Limits, Manifest, OnError, PreparedUdf, RowFailure, Runtime};
 
 use super::compute::pick;
 use super::declared::{self, SqlRule};
@@ -39,6 +39,8 @@ pub struct Computed {
     pub values: ArrayRef,
     /// Rows set to null because the UDF failed on them (`on_error: null`).
     pub nulled: u64,
+    /// Which rows (offsets into the call's batch) and why.
+    pub failures: Vec<RowFailure>,
 }
 
 impl VirtualColumns {
@@ -136,6 +138,14 @@ impl ColumnUdf {
         }
     }
 
+    /// What identifies the UDF's code: its module's sha256 (or `sql`).
+    pub fn version(&self) -> &str {
+        match &self.engine {
+            Engine::Wasm(w) => &w.prepared.manifest().module_sha256,
+            Engine::Sql(_) => "sql",
+        }
+    }
+
     /// The UDF's name (or the expression), for messages.
     pub fn label(&self) -> &str {
         match &self.engine {
@@ -152,6 +162,7 @@ impl ColumnUdf {
             Engine::Sql(rule) => Ok(Computed {
                 values: rule.evaluate(batch, &self.field)?,
                 nulled: 0,
+                failures: Vec::new(),
             }),
         }
     }
@@ -188,6 +199,7 @@ impl WasmUdf {
         Ok(Computed {
             values,
             nulled: out.nulled_rows as u64,
+            failures: out.failures,
         })
     }
 }
