@@ -8,6 +8,10 @@
 //!
 //! A part sent again under the same part id replaces the first (client retries are safe); a
 //! completed upload keeps its record, so a repeated `complete` answers the same version.
+//!
+//! Uploads begun more than [`UPLOAD_TTL`] ago are swept (at most hourly per tenant and
+//! process, when an upload is begun): forgotten with their parts unless a `complete` or
+//! `abort` holds them. A client that never completes or aborts leaves nothing behind for long.
 
 use std::time::Duration;
 
@@ -21,6 +25,10 @@ const DIR: &str = "_uploads";
 
 /// How long a `complete` or `abort` may hold an upload.
 const LEASE_TTL: Duration = Duration::from_secs(60);
+/// How long an upload (open or completed) is kept after it began.
+pub const UPLOAD_TTL: Duration = Duration::from_secs(24 * 3600);
+/// How often a process sweeps a tenant's uploads (see `Catalog::uploads_sweep_due`).
+pub const SWEEP_EVERY: Duration = Duration::from_secs(3600);
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Upload {
@@ -129,6 +137,29 @@ impl<'a> Uploads<'a> {
         self.root.delete_all(&parts_prefix(id)).await
     }
 
+    /// Forget every upload begun more than `ttl` before `now_ms` (and any folder without a
+    /// readable record) unless a request holds it; answers how many were forgotten.
+    pub async fn sweep(&self, now_ms: i64, ttl: Duration, holder: &str) -> ApiResult<usize> {
+        let mut forgotten = 0;
+        for id in self.root.list_dirs(DIR).await? {
+            let expired = match self.root.get(&record_key(&id)).await? {
+                Some(found) => serde_json::from_slice::<Upload>(&found.bytes)
+                    .map_or(true, |u| u.created_ms + ttl.as_millis() as i64 <= now_ms),
+                None => true,
+            };
+            if !expired {
+                continue;
+            }
+            // The lease goes with the folder.
+            if self.lock(&id, holder).await?.is_none() {
+                continue;
+            }
+            self.remove(&id).await?;
+            forgotten += 1;
+        }
+        Ok(forgotten)
+    }
+
     /// Forgets the upload. Its staged data files, which no version references, are left to
     /// lance's cleanup of unreferenced files.
     pub async fn remove(&self, id: &str) -> ApiResult<()> {
@@ -139,6 +170,45 @@ impl<'a> Uploads<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn upload(created_ms: i64) -> Upload {
+        Upload {
+            table: vec!["t".into()],
+            location: "file:///t".into(),
+            branch: None,
+            read_version: 1,
+            transaction: "x".into(),
+            created_ms,
+            committed: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn uploads_past_their_time_are_swept_unless_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let session = lance::session::Session::default();
+        let root = RootStore::open(dir.path().to_str().unwrap(), &Default::default(), &session)
+            .await
+            .unwrap();
+        let uploads = Uploads::new(&root);
+        let hour = 3600 * 1000;
+        let old = uploads.begin(&upload(0)).await.unwrap();
+        uploads.put_part(&old, "p1", vec![1, 2, 3]).await.unwrap();
+        let held = uploads.begin(&upload(0)).await.unwrap();
+        let fresh = uploads.begin(&upload(30 * hour)).await.unwrap();
+        let _lease = uploads
+            .lock(&held, "completing-node")
+            .await
+            .unwrap()
+            .unwrap();
+        let ttl = Duration::from_secs(24 * 3600);
+        let swept = uploads.sweep(31 * hour, ttl, "sweeper").await.unwrap();
+        assert_eq!(swept, 1);
+        assert!(uploads.get(&old).await.is_err());
+        assert!(uploads.parts(&old).await.unwrap().is_empty());
+        assert!(uploads.get(&held).await.is_ok(), "a held upload stays");
+        assert!(uploads.get(&fresh).await.is_ok(), "a young upload stays");
+    }
 
     #[test]
     fn part_ids_are_plain_names() {

@@ -23,13 +23,19 @@ async fn context_maps_to_headers_both_ways() {
         "req-42",
         "request context header.* must become a request header"
     );
-    assert_eq!(r.headers()["phalanx-version"], "0.5.0");
+    assert_eq!(
+        r.headers()["phalanx-version"],
+        lancet::http::PHALANX_VERSION
+    );
     let body: serde_json::Value = r.json().await.unwrap();
     assert_eq!(
         body["context"]["header.x-request-id"], "req-42",
         "response headers must come back in context"
     );
-    assert_eq!(body["context"]["header.phalanx-version"], "0.4.0");
+    assert_eq!(
+        body["context"]["header.phalanx-version"],
+        lancet::http::PHALANX_VERSION
+    );
     assert!(body["context"].get("header.x-api-key").is_none());
 }
 

@@ -43,6 +43,8 @@ pub struct Catalog {
     intents: batch::Intents,
     /// The tenant's server state under its root (intents, leases, uploads).
     state: Arc<RootStore>,
+    /// When this process last swept the tenant's abandoned multipart uploads.
+    uploads_swept: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl Catalog {
@@ -74,6 +76,7 @@ impl Catalog {
             commit_lock: CatalogLock::new(state.clone(), node.to_string()),
             intents: batch::Intents::new(state.clone()),
             state,
+            uploads_swept: Default::default(),
         };
         // A batch-commit a killed process left half-done is settled before anyone uses this,
         // unless another node holds the catalog lock (it may be in the middle of that batch;
@@ -98,6 +101,17 @@ impl Catalog {
 
     pub fn root(&self) -> &str {
         &self.root
+    }
+
+    /// True (and the clock restarted) when `every` has passed since this process last swept
+    /// the tenant's multipart uploads: the caller sweeps them.
+    pub fn uploads_sweep_due(&self, every: std::time::Duration) -> bool {
+        let mut last = self.uploads_swept.lock().unwrap();
+        if last.is_some_and(|t| t.elapsed() < every) {
+            return false;
+        }
+        *last = Some(std::time::Instant::now());
+        true
     }
 
     /// The store of server state under this catalog's root (see `root`).

@@ -54,7 +54,25 @@ pub async fn create(State(app): State<AppState>, target: Target) -> ApiResult<Re
         created_ms: chrono::Utc::now().timestamp_millis(),
         committed: None,
     };
-    let id = Uploads::new(target.catalog.state()).begin(&upload).await?;
+    let uploads = Uploads::new(target.catalog.state());
+    let id = uploads.begin(&upload).await?;
+    if target
+        .catalog
+        .uploads_sweep_due(crate::uploads::SWEEP_EVERY)
+    {
+        let (catalog, holder) = (target.catalog.clone(), format!("{}-sweep", app.node_id));
+        tokio::spawn(async move {
+            let now = chrono::Utc::now().timestamp_millis();
+            match Uploads::new(catalog.state())
+                .sweep(now, crate::uploads::UPLOAD_TTL, &holder)
+                .await
+            {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(uploads = n, "forgot expired multipart uploads"),
+                Err(e) => tracing::warn!(error = %e, "cannot sweep expired multipart uploads"),
+            }
+        });
+    }
     Ok(reply(json!({ "upload_id": id })))
 }
 
