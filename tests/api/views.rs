@@ -141,3 +141,33 @@ async fn view_requests_lancet_cannot_honour_are_refused_by_name() {
     let (st, b) = post_status(&s, "/v1/materialized_view/nope/refresh", json!({})).await;
     assert_error(st, &b, 404, 4);
 }
+
+#[tokio::test]
+async fn a_view_of_a_virtual_column_holds_plain_values() {
+    use crate::jobs::{add_virtual, int_pairs, slow};
+    let s = Server::start().await;
+    s.create_table("src", 6).await;
+    add_virtual(&s, "src", "dbl", slow("1")).await;
+    let job = s.backfill("src", json!({"column": "dbl"})).await;
+    assert_eq!(s.wait_job(&job).await["job_state"], "DONE");
+    let (st, b) = post_status(
+        &s,
+        "/v1/materialized_view/v/create",
+        json!({"query": "SELECT * FROM src", "with_no_data": false}),
+    )
+    .await;
+    assert_eq!(st, 202, "{b}");
+    let done = s.wait_job(b["job_id"].as_str().unwrap()).await;
+    assert_eq!(done["job_state"], "DONE", "{done}");
+    let rows = s
+        .query("v", json!({"columns": ["id", "dbl"], "k": 100}))
+        .await;
+    let mut pairs = int_pairs(&rows, "dbl");
+    pairs.sort();
+    assert_eq!(pairs, (0..6).map(|i| (i, Some(2 * i))).collect::<Vec<_>>());
+    // The view's column is no virtual column: there is nothing to backfill.
+    let (st, b) = s
+        .post("/v1/table/v/backfill_column", json!({"column": "dbl"}))
+        .await;
+    assert_error(st, &b, 400, 13);
+}

@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use arrow_array::RecordBatch;
 use arrow_schema::{Schema, SchemaRef};
 use datafusion_common::DataFusionError;
 use datafusion_physical_plan::stream::RecordBatchStreamAdapter;
@@ -60,7 +61,9 @@ impl Store {
     pub async fn view_schema(&self, source: &str, def: &Definition) -> ApiResult<SchemaRef> {
         let ds = self.read(source, &At::default()).await?;
         let plan = scanner(&ds, def)?.create_plan().await.map_err(bad_query)?;
-        Ok(plan.schema())
+        Ok(Arc::new(Schema::new(crate::views::view_fields(
+            plan.schema().fields(),
+        ))))
     }
 
     /// Replace the view's rows with the source's (at `source_version`, default latest) read
@@ -92,7 +95,7 @@ impl Store {
         let mut metadata = current.schema().metadata.clone();
         metadata.extend(mark(source_version));
         let schema: SchemaRef = Arc::new(Schema::new_with_metadata(
-            stream.schema().fields().clone(),
+            crate::views::view_fields(stream.schema().fields()),
             metadata,
         ));
         let counted = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -100,7 +103,8 @@ impl Store {
         let batches = stream.map(move |b| {
             let b = b.map_err(|e| DataFusionError::External(Box::new(e)))?;
             counter.fetch_add(b.num_rows() as u64, std::sync::atomic::Ordering::Relaxed);
-            b.with_schema(out_schema.clone())
+            // The view's own schema: its metadata, and fields without the source's.
+            RecordBatch::try_new(out_schema.clone(), b.columns().to_vec())
                 .map_err(|e| DataFusionError::ArrowError(Box::new(e), None))
         });
         let reader: datafusion_physical_plan::SendableRecordBatchStream =

@@ -19,6 +19,22 @@ pub const DEFINITION_KEY: &str = "lancet.materialized_view";
 /// Schema metadata key of the source version the view's rows were last computed from.
 pub const SOURCE_VERSION_KEY: &str = "lancet.materialized_view.source_version";
 
+/// A view's columns as the source's, less what made them computed there (a virtual column's
+/// UDF, a lancedb computed column's expression): in the view they hold the query's values,
+/// and no backfill or insert hook may compute them again.
+pub fn view_fields(fields: &arrow_schema::Fields) -> arrow_schema::Fields {
+    fields
+        .iter()
+        .map(|f| {
+            let mut metadata = f.metadata().clone();
+            metadata.retain(|k, _| {
+                k != crate::virtual_columns::DEFINITION_KEY && !k.starts_with("computed_column")
+            });
+            std::sync::Arc::new(f.as_ref().clone().with_metadata(metadata))
+        })
+        .collect()
+}
+
 /// What a view is, as stored with it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ViewRecord {
