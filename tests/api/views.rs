@@ -171,3 +171,57 @@ async fn a_view_of_a_virtual_column_holds_plain_values() {
         .await;
     assert_error(st, &b, 400, 13);
 }
+
+#[tokio::test]
+async fn named_views_record_their_query_and_schema() {
+    let s = Server::start().await;
+    s.create_table("src", 3).await;
+    s.ok("/v1/namespace/ns/create", json!({})).await;
+    let made = s
+        .ok(
+            "/v1/view/ns$v/create",
+            json!({"query": "SELECT id, count(*) AS n FROM src GROUP BY id"}),
+        )
+        .await;
+    assert_eq!(made["name"], "v", "{made}");
+    assert_eq!(made["namespace"], json!(["ns"]), "{made}");
+    let fields: Vec<&str> = made["schema"]["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(fields, ["id", "n"], "{made}");
+    let d = s.ok("/v1/view/ns$v/describe", json!({})).await;
+    assert_eq!(d["query"], made["query"]);
+    let (st, list) = s.get("/v1/namespace/ns/view/list").await;
+    assert_eq!((st, &list["views"]), (200, &json!(["v"])), "{list}");
+    let (st, list) = s.get("/v1/namespace/$/view/list").await;
+    assert_eq!((st, &list["views"]), (200, &json!([])), "{list}");
+
+    let (st, b) = s
+        .post(
+            "/v1/view/ns$v/create",
+            json!({"query": "SELECT id FROM src"}),
+        )
+        .await;
+    assert_error(st, &b, 409, 5);
+    let (st, b) = s
+        .post(
+            "/v1/view/ns$w/create",
+            json!({"query": "SELECT id FROM nope"}),
+        )
+        .await;
+    assert_error(st, &b, 404, 4);
+    for bad in ["DELETE FROM src", "SELECT nope FROM src", "SELEC"] {
+        let (st, b) = s.post("/v1/view/w/create", json!({"query": bad})).await;
+        assert_error(st, &b, 400, 13);
+    }
+    s.ok("/v1/view/ns$v/drop", json!({})).await;
+    for op in ["describe", "drop"] {
+        let (st, b) = s.post(&format!("/v1/view/ns$v/{op}"), json!({})).await;
+        assert_error(st, &b, 404, 4);
+    }
+    // A view names no table: the source is untouched throughout.
+    assert_eq!(s.count("src", json!({})).await, 3);
+}

@@ -273,3 +273,25 @@ def test_lancedb_materialized_view_create_refresh_list_drop(lancet):
     db.drop_materialized_view("adults")
     assert db.list_materialized_views() == ["later"]
     assert sorted(db.list_tables().tables) == ["later", "people"]
+
+
+def test_lancedb_views_are_named_queries_with_their_schema(lancet):
+    """create_view / describe_view / list_views / drop_view: the query is planned against the
+    tables it reads (a join and an aggregate here) and its schema recorded."""
+    db = lancedb.connect("db://test", api_key=lancet.key, host_override=lancet.base, region="us-east-1")
+    db.create_table("orders", pa.table({"id": [1, 2, 3], "customer": [7, 7, 8], "total": [1.5, 2.5, 4.0]}))
+    db.create_table("customers", pa.table({"id": [7, 8], "name": ["ann", "bo"]}))
+    made = db.create_view("spend", "SELECT c.name, sum(o.total) AS spent FROM orders o JOIN customers c ON o.customer = c.id GROUP BY c.name")
+    assert made.name == "spend"
+    assert [f.name for f in made.schema] == ["name", "spent"]
+    assert made.schema.field("spent").type == pa.float64()
+    assert db.describe_view("spend").query.startswith("SELECT c.name")
+    assert db.list_views() == ["spend"]
+    db.drop_view("spend")
+    assert db.list_views() == []
+    for bad in ["SELECT * FROM missing", "DROP TABLE orders", "SELECT nope FROM orders"]:
+        try:
+            db.create_view("bad", bad)
+        except Exception:
+            continue
+        raise AssertionError(f"{bad} was accepted")

@@ -25,6 +25,7 @@ mod namespaces;
 mod observe;
 pub mod openapi;
 pub use observe::{ServedTenant, install_panic_hook};
+mod materialized_views;
 pub mod overload;
 mod query;
 mod query_body;
@@ -192,17 +193,39 @@ fn build() -> Routes {
     )
     .params(&[LIMIT, PAGE_TOKEN, INCLUDE_DECLARED])
     // Materialized views
-    .post("/v1/materialized_view/{id}/create", Write, views::create)
+    .post(
+        "/v1/materialized_view/{id}/create",
+        Write,
+        materialized_views::create,
+    )
     .answers(Answer::Started)
-    .post("/v1/materialized_view/{id}/describe", Read, views::describe)
-    .post("/v1/materialized_view/{id}/refresh", Write, views::refresh)
+    .post(
+        "/v1/materialized_view/{id}/describe",
+        Read,
+        materialized_views::describe,
+    )
+    .post(
+        "/v1/materialized_view/{id}/refresh",
+        Write,
+        materialized_views::refresh,
+    )
     .answers(Answer::Started)
-    .post("/v1/materialized_view/{id}/drop", Write, views::drop)
+    .post(
+        "/v1/materialized_view/{id}/drop",
+        Write,
+        materialized_views::drop,
+    )
     .get(
         "/v1/namespace/{id}/materialized_view/list",
         Read,
-        views::list,
+        materialized_views::list,
     )
+    .params(&[LIMIT, PAGE_TOKEN])
+    // Views (named queries)
+    .post("/v1/view/{id}/create", Write, views::create)
+    .post("/v1/view/{id}/describe", Read, views::describe)
+    .post("/v1/view/{id}/drop", Write, views::drop)
+    .get("/v1/namespace/{id}/view/list", Read, views::list)
     .params(&[LIMIT, PAGE_TOKEN])
     // Tables: catalog
     .get("/v1/table", Read, tables::list_all)
