@@ -17,6 +17,7 @@ pub mod json_types;
 pub mod metrics;
 pub mod root;
 pub mod server;
+pub mod sql_guard;
 pub mod store;
 pub mod tenants;
 pub mod upkeep;

@@ -215,6 +215,9 @@ fn main() {
     lancet::http::install_panic_hook();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        // SQL planning (DataFusion, lance) recurses over expression trees on these threads;
+        // with `sql_guard`'s depth bound, 16 MiB leaves a wide margin (2 MiB did not).
+        .thread_stack_size(16 << 20)
         .build()
         .expect("tokio runtime");
     let result = match cli.command {

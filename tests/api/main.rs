@@ -13,6 +13,7 @@ mod crash_support;
 mod crash_upkeep;
 mod data;
 mod declared_columns;
+mod deep_sql;
 mod errors;
 mod history;
 mod hostile_bodies;

@@ -254,6 +254,9 @@ pub async fn count_rows(
     let at = At::new(target.branch(&body.common.branch), version)?;
     let ds = app.store.read(&location, &at).await?;
     let predicate = body.predicate.filter(|p| !p.trim().is_empty());
+    if let Some(p) = &predicate {
+        crate::sql_guard::check(p, "predicate")?;
+    }
     let count = ds.count_rows(predicate).await.map_err(ApiError::from)?;
     Ok(Json(count as u64).into_response())
 }

@@ -407,7 +407,13 @@ pub fn parse(body: &Value) -> ApiResult<QuerySpec> {
             .map(parse_fts)
             .transpose()?
             .flatten(),
-        filter: string(body, "filter")?.filter(|f| !f.trim().is_empty()),
+        filter: match string(body, "filter")?.filter(|f| !f.trim().is_empty()) {
+            Some(f) => {
+                crate::sql_guard::check(&f, "filter")?;
+                Some(f)
+            }
+            None => None,
+        },
         prefilter: boolean(body, "prefilter")?,
         k: row_limit(body)?,
         offset: uint(body, "offset")?,

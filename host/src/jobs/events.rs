@@ -164,6 +164,7 @@ fn apply_filter(batch: RecordBatch, filter: &str) -> ApiResult<RecordBatch> {
     use arrow_array::cast::AsArray;
     use lance_datafusion::planner::Planner;
     let bad = |e: &dyn std::fmt::Display| ApiError::invalid(format!("filter '{filter}': {e}"));
+    crate::sql_guard::check(filter, "filter")?;
     let planner = Planner::new(batch.schema());
     let expr = planner.parse_filter(filter).map_err(|e| bad(&e))?;
     let expr = planner.optimize_expr(expr).map_err(|e| bad(&e))?;

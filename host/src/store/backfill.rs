@@ -96,6 +96,7 @@ impl Store {
         let schema = ds.schema();
         // Plan against the whole schema first: that names every column the filter reads.
         let arrow_full = Arc::new(ArrowSchema::from(schema));
+        crate::sql_guard::check(filter_sql, "where")?;
         let planner = Planner::new(arrow_full);
         let expr = planner
             .parse_filter(filter_sql)

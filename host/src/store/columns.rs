@@ -25,6 +25,9 @@ impl Store {
         branch: Option<&str>,
         columns: Vec<(String, String)>,
     ) -> ApiResult<u64> {
+        for (name, expression) in &columns {
+            crate::sql_guard::check(expression, &format!("new_columns[{name}].expression"))?;
+        }
         self.evolve(location, branch, |ds| {
             Box::pin(async move {
                 ds.add_columns(NewColumnTransform::SqlExpressions(columns), None, None)

@@ -155,6 +155,7 @@ impl Store {
         let mut builder = MergeInsertBuilder::try_new(current.clone(), opts.on.clone())
             .map_err(ApiError::from)?;
         if let Some(filt) = &opts.when_matched_update_all_filt {
+            crate::sql_guard::check(filt, "when_matched_update_all_filt")?;
             builder.when_matched(
                 WhenMatched::update_if(&current, filt)
                     .map_err(bad_filter("when_matched_update_all_filt"))?,
@@ -168,6 +169,7 @@ impl Store {
             WhenNotMatched::DoNothing
         });
         if let Some(filt) = &opts.when_not_matched_by_source_delete_filt {
+            crate::sql_guard::check(filt, "when_not_matched_by_source_delete_filt")?;
             builder.when_not_matched_by_source(
                 WhenNotMatchedBySource::delete_if(&current, filt)
                     .map_err(bad_filter("when_not_matched_by_source_delete_filt"))?,
@@ -217,6 +219,12 @@ impl Store {
                 "updates must name at least one [column, expression] pair",
             ));
         }
+        for (col, expr) in updates {
+            crate::sql_guard::check(expr, &format!("updates[{col}]"))?;
+        }
+        if let Some(p) = predicate {
+            crate::sql_guard::check(p, "predicate")?;
+        }
         let _guard = self.write_lock(location, branch).await;
         let current = self.latest(location, branch).await?;
         let mut builder = UpdateBuilder::new(current);
@@ -248,6 +256,7 @@ impl Store {
                 "predicate must not be empty (use 'true' to delete every row)",
             ));
         }
+        crate::sql_guard::check(predicate, "predicate")?;
         let _guard = self.write_lock(location, branch).await;
         let mut ds = (*self.latest(location, branch).await?).clone();
         let result = ds.delete(predicate).await.map_err(commit_error)?;

@@ -51,6 +51,7 @@ impl Definition {
                 "a materialized view needs a 'query'; {SHAPE}"
             )));
         }
+        crate::sql_guard::check(sql, "query")?;
         let mut statements = Parser::parse_sql(&GenericDialect {}, sql)
             .map_err(|e| ApiError::invalid(format!("materialized view query: {e}")))?;
         if statements.len() != 1 {

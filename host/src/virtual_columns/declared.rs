@@ -49,6 +49,7 @@ impl SqlRule {
         let bad = |e: &dyn std::fmt::Display| {
             ApiError::invalid(format!("computed expression '{expression}': {e}"))
         };
+        crate::sql_guard::check(expression, "computed")?;
         // Against the whole table first, to learn which columns the expression reads; then
         // planned against just those, the batches it will be evaluated on.
         let expr = Planner::new(Arc::new(table.clone()))
