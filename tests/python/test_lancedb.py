@@ -295,3 +295,14 @@ def test_lancedb_views_are_named_queries_with_their_schema(lancet):
         except Exception:
             continue
         raise AssertionError(f"{bad} was accepted")
+
+
+def test_lancedb_create_table_from_a_schema_alone(lancet):
+    """create_table(name, schema=...) sends a stream with a schema and no batch: an empty table
+    (lance-namespace refused it as a 500 before)."""
+    db = lancedb.connect("db://test", api_key=lancet.key, host_override=lancet.base, region="us-east-1")
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("vector", pa.list_(pa.float32(), 2))])
+    t = db.create_table("empty", schema=schema)
+    assert t.count_rows() == 0 and t.schema == schema
+    t.add(pa.table({"id": [1], "vector": vectors([[1.0, 2.0]])}, schema=schema))
+    assert t.count_rows() == 1
