@@ -306,3 +306,13 @@ def test_lancedb_create_table_from_a_schema_alone(lancet):
     assert t.count_rows() == 0 and t.schema == schema
     t.add(pa.table({"id": [1], "vector": vectors([[1.0, 2.0]])}, schema=schema))
     assert t.count_rows() == 1
+
+
+def test_lancedb_explain_and_analyze_plans(lancet):
+    """explain_plan / analyze_plan: the SDK reads the answer as one JSON string."""
+    db = lancedb.connect("db://test", api_key=lancet.key, host_override=lancet.base, region="us-east-1")
+    t = db.create_table("plans", pa.table({"id": list(range(50)), "vector": vectors([[float(i), 1.0] for i in range(50)])}))
+    plan = t.search([1.0, 1.0]).where("id > 3").limit(2).explain_plan(verbose=True)
+    assert "KNN" in plan or "knn" in plan.lower(), plan
+    analysis = t.search([1.0, 1.0]).limit(2).analyze_plan()
+    assert "metrics" in analysis.lower() or "output_rows" in analysis, analysis

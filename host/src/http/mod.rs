@@ -295,8 +295,10 @@ fn build() -> Routes {
     .answers(Answer::Arrow)
     .post("/v1/table/{id}/explain_plan", Read, query::explain_plan)
     .params(&[VERSION, BRANCH])
+    .answers(Answer::ObjectOrString)
     .post("/v1/table/{id}/analyze_plan", Read, query::analyze_plan)
     .params(&[VERSION, BRANCH])
+    .answers(Answer::ObjectOrString)
     // Tables: indexes
     .post("/v1/table/{id}/create_index", Write, indexes::create)
     .params(&[BRANCH])

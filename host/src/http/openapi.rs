@@ -109,6 +109,8 @@ pub enum Answer {
     ArrowStream,
     /// A JSON object; 201 or 202 (with a `job_id`) when work was started in the background.
     Started,
+    /// A JSON object, or (to the lancedb SDK, which sends `x-lancedb-database`) a JSON string.
+    ObjectOrString,
     /// Raw bytes, whole (200) or a range of them (206); 204 for a null value, 416 for a range
     /// past its end.
     Bytes,
@@ -367,6 +369,10 @@ fn error_schema() -> Value {
 
 fn success(answer: Answer) -> Value {
     match answer {
+        Answer::ObjectOrString => json!({
+            "description": "A JSON object; a JSON string when `x-lancedb-database` is sent.",
+            "content": {"application/json": {"schema": {"type": ["object", "string"]}}},
+        }),
         Answer::Object | Answer::Started => json!({
             "description": "A JSON object.",
             "content": {"application/json": {"schema": {"type": "object"}}},
