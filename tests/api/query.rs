@@ -147,3 +147,21 @@ async fn limit_is_k_by_another_name() {
         "{body}"
     );
 }
+
+/// Lance sizes a vector search's buffers by `k`: a `k` of 2^53 made it allocate that many
+/// slots and abort the process. `k` (and the refine window) is cut to the table's rows.
+#[tokio::test]
+async fn a_huge_k_answers_every_row_instead_of_aborting() {
+    let s = Server::start().await;
+    s.create_table("q", 7).await;
+    for body in [
+        json!({"vector": [1.0, 0.0, 1.0, 1.0], "k": 1u64 << 53, "vector_column": "vec"}),
+        json!({"vector": [1.0, 0.0, 1.0, 1.0], "k": 1u64 << 60, "refine_factor": 1u64 << 31}),
+        json!({"vector": [[1.0, 0.0, 1.0, 1.0], [2.0, 0.0, 1.0, 1.0]], "k": 1u64 << 53}),
+    ] {
+        let rows = s.query("q", body.clone()).await;
+        let n: usize = rows.iter().map(|b| b.num_rows()).sum();
+        assert!(n == 7 || n == 14, "{body}: {n} rows");
+    }
+    assert_eq!(s.count("q", json!({})).await, 7);
+}

@@ -115,7 +115,7 @@ async fn eligible(ds: &Dataset, spec: &QuerySpec, column: &str) -> ApiResult<Opt
         column: column.to_string(),
         query: Float32Array::from(query.clone()),
         distance,
-        k: spec.k.unwrap_or(10),
+        k: spec.vector_k(ds),
         lower: v.lower_bound,
         upper: v.upper_bound,
     }))

@@ -54,6 +54,13 @@ pub struct QuerySpec {
 }
 
 impl QuerySpec {
+    /// The `k` a vector search runs with: the one asked for (default 10), but no more than the
+    /// table has rows. A search never answers more, and lance sizes its buffers by `k`: a
+    /// client's `k` of 2^53 made it allocate that many slots and the process abort.
+    pub fn vector_k(&self, ds: &Dataset) -> usize {
+        self.k.unwrap_or(10).min(row_bound(ds)).max(1)
+    }
+
     pub fn scanner(&self, ds: &Arc<Dataset>) -> ApiResult<Scanner> {
         let mut scan = ds.scan();
         if let Some(p) = &self.projection {
@@ -82,7 +89,7 @@ impl QuerySpec {
         }
         if let Some(v) = &self.vector {
             let column = vector_column(ds, v)?;
-            let k = self.k.unwrap_or(10);
+            let k = self.vector_k(ds);
             scan.nearest(&column, query_array(v)?.as_ref(), k)
                 .map_err(ApiError::from)?;
             if let Some(d) = v.distance_type {
@@ -101,7 +108,9 @@ impl QuerySpec {
                 scan.ef(ef);
             }
             if let Some(r) = v.refine_factor {
-                scan.refine(r);
+                // A window wider than the table changes nothing: cut it to the table.
+                let widest = (row_bound(ds) / k).max(1).min(u32::MAX as usize) as u32;
+                scan.refine(r.min(widest));
             }
             if v.lower_bound.is_some() || v.upper_bound.is_some() {
                 scan.distance_range(v.lower_bound, v.upper_bound);
@@ -167,6 +176,15 @@ impl Stream for QueryStream {
             Self::Ready(_, batch) => Poll::Ready(batch.take().map(Ok)),
         }
     }
+}
+
+/// How many rows the table holds at most: its fragments' physical rows, from the manifest
+/// (no IO). A fragment whose count the manifest lacks counts as 2^32 rows.
+fn row_bound(ds: &Dataset) -> usize {
+    ds.fragments()
+        .iter()
+        .map(|f| f.physical_rows.unwrap_or(u32::MAX as usize))
+        .fold(0usize, usize::saturating_add)
 }
 
 /// The column a vector query searches: the one it names, or the table's only vector column.
