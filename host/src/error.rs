@@ -120,6 +120,11 @@ fn classify_message(msg: &str) -> Option<ErrorCode> {
         "invalid filter",
         "Invalid filter",
         "Expected",
+        // Evaluating the caller's expression over the rows failed (its arithmetic, not ours).
+        "Divide by zero",
+        "Arithmetic overflow",
+        "Overflow happened on",
+        "string size overflow",
     ];
     if MISSING.iter().any(|m| msg.contains(m)) {
         return Some(ErrorCode::TableColumnNotFound);

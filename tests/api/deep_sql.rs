@@ -81,3 +81,25 @@ async fn deeply_nested_sql_is_refused_and_the_server_stays_up() {
         10
     );
 }
+
+/// An expression that fails on the rows (its own arithmetic) is the caller's mistake: 400.
+#[tokio::test]
+async fn expressions_failing_on_the_rows_are_400s() {
+    let s = Server::start().await;
+    s.create_table("t", 3).await;
+    for (path, body) in [
+        (
+            "/v1/table/t/query",
+            json!({"filter": "repeat(text, 2000000000) = 'a'", "k": 5}),
+        ),
+        (
+            "/v1/table/t/update",
+            json!({"updates": [["text", "repeat(text, 2000000000)"]]}),
+        ),
+        ("/v1/table/t/count_rows", json!({"predicate": "id / 0 > 1"})),
+    ] {
+        let (st, b) = s.post(path, body).await;
+        assert_error(st, &b, 400, 13);
+    }
+    assert_eq!(s.count("t", json!({})).await, 3);
+}

@@ -402,7 +402,9 @@ impl Catalog {
     /// would undo it.
     async fn prepare(&self, ops: Vec<BatchOp>) -> Result<Vec<Step>, BatchFailure> {
         let mut steps: Vec<Step> = Vec::with_capacity(ops.len());
-        for (i, op) in ops.into_iter().enumerate() {
+        let count = ops.len() as i64;
+        for (i, mut op) in ops.into_iter().enumerate() {
+            self.clamp_ranges(&mut op, count).await;
             let undo = self
                 .precheck(&op, &steps)
                 .await
@@ -414,6 +416,41 @@ impl Catalog {
             steps.push(Step { op, undo });
         }
         Ok(steps)
+    }
+
+    /// Cut a deletion's ranges to the versions the table can have by the time it runs (its
+    /// latest, plus one per operation of the batch). lance-namespace refuses a range of more
+    /// than a million versions, and deletions run after the batch is committed: a client's
+    /// `end_version` of 2^62 made the deletion fail after the commit, on every retry.
+    async fn clamp_ranges(&self, op: &mut BatchOp, batch_len: i64) {
+        let BatchOp::DeleteTableVersions(r) = op else {
+            return;
+        };
+        let latest = self
+            .ns
+            .list_table_versions(ListTableVersionsRequest {
+                id: r.id.clone(),
+                branch: r.branch.clone(),
+                descending: Some(true),
+                limit: Some(1),
+                ..Default::default()
+            })
+            .await
+            .ok()
+            .and_then(|l| l.versions.first().map(|v| v.version));
+        let Some(latest) = latest else {
+            // precheck reports a table or branch that does not exist.
+            return;
+        };
+        let bound = latest.saturating_add(1).saturating_add(batch_len);
+        for range in &mut r.ranges {
+            if range.end_version > bound {
+                range.end_version = bound;
+            }
+            if range.start_version > bound {
+                range.start_version = bound;
+            }
+        }
     }
 
     async fn precheck(&self, op: &BatchOp, before: &[Step]) -> ApiResult<Undo> {
