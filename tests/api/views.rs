@@ -217,6 +217,15 @@ async fn named_views_record_their_query_and_schema() {
         let (st, b) = s.post("/v1/view/w/create", json!({"query": bad})).await;
         assert_error(st, &b, 400, 13);
     }
+    // Any name: the record's key is a hash of the id (a 5000-character name was a 500).
+    let long = "v".repeat(5000);
+    s.ok(
+        &format!("/v1/view/{long}/create"),
+        json!({"query": "SELECT id FROM src"}),
+    )
+    .await;
+    let d = s.ok(&format!("/v1/view/{long}/describe"), json!({})).await;
+    assert_eq!(d["name"].as_str().unwrap().len(), 5000);
     s.ok("/v1/view/ns$v/drop", json!({})).await;
     for op in ["describe", "drop"] {
         let (st, b) = s.post(&format!("/v1/view/ns$v/{op}"), json!({})).await;

@@ -1,6 +1,6 @@
 //! Views (the lancedb client's `create_view`): a named SQL query over the tenant's tables,
 //! stored with the schema it resolved to when it was made. A view holds no rows; it is a
-//! catalog object, kept under the tenant's root at `_views/<hex of its id>.json` so every
+//! catalog object, kept under the tenant's root at `_views/<sha256 of its id>.json` so every
 //! replica sees it.
 
 use serde::{Deserialize, Serialize};
@@ -28,8 +28,11 @@ pub struct SavedView {
 }
 
 fn key(id: &[String]) -> String {
-    // Ids may hold any character; the key holds only hex.
-    format!("{DIR}/{}.json", hex::encode(id.join("\u{1f}")))
+    // Ids may hold any character and be of any length; the key is a fixed-length hash (the
+    // record keeps the id itself).
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(id.join("\u{1f}").as_bytes());
+    format!("{DIR}/{}.json", hex::encode(digest))
 }
 
 /// A table a view's query names, as written: `[table]`, `[schema, table]` or
