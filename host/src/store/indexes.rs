@@ -73,7 +73,7 @@ fn index_type(name: &str) -> ApiResult<IndexType> {
     };
     IndexType::try_from(lance_name).map_err(|_| {
         ApiError::invalid(format!(
-            "unsupported index_type '{name}': use BTREE, BITMAP, LABEL_LIST, INVERTED/FTS, NGRAM, ZONEMAP, BLOOMFILTER, IVF_FLAT, IVF_PQ, IVF_SQ, IVF_RQ, IVF_HNSW_FLAT, IVF_HNSW_SQ or IVF_HNSW_PQ"
+            "unsupported index_type '{name}': use BTREE, BITMAP, LABEL_LIST, INVERTED/FTS, NGRAM, ZONEMAP, BLOOMFILTER, FM, MINHASH_LSH, IVF_FLAT, IVF_PQ, IVF_SQ, IVF_RQ, IVF_HNSW_FLAT, IVF_HNSW_SQ or IVF_HNSW_PQ"
         ))
     })
 }
@@ -89,6 +89,15 @@ impl IndexOptions {
             IndexType::NGram => scalar(BuiltinIndexType::NGram),
             IndexType::ZoneMap => scalar(BuiltinIndexType::ZoneMap),
             IndexType::BloomFilter => scalar(BuiltinIndexType::BloomFilter),
+            // Lance builds R-trees only with its `geo` feature (geospatial types and their
+            // dependencies), which this server leaves out to keep its build lean.
+            IndexType::RTree => {
+                return Err(ApiError::invalid(
+                    "index_type RTREE: this server is built without geospatial support; R-tree indexes are not available",
+                ));
+            }
+            IndexType::Fm => scalar(BuiltinIndexType::Fm),
+            IndexType::MinHashLsh => scalar(BuiltinIndexType::MinHashLsh),
             IndexType::Inverted => Box::new(self.inverted()?),
             _ => Box::new(self.vector(kind)?),
         };
