@@ -6,7 +6,7 @@ use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::extract::{Common, JsonBody, Target, page, paginate};
+use super::extract::{Common, Dialect, JsonBody, Target, page, paginate};
 use super::transactions::committed;
 use super::{AppState, reply};
 use crate::error::{ApiError, ApiResult};
@@ -80,9 +80,58 @@ fn at(target: &Target, body: &ReadBody) -> ApiResult<At> {
     At::new(target.branch(&body.common.branch), version)
 }
 
+/// Index types the lancedb SDK can parse (it fails the whole listing on any other); an index
+/// of another type is shown to it as `Unknown`, which it does parse.
+const LANCEDB_TYPES: &[&str] = &[
+    "IvfFlat",
+    "IvfSq",
+    "IvfPq",
+    "IvfRq",
+    "IvfHnswPq",
+    "IvfHnswSq",
+    "IvfHnswFlat",
+    "IVF_FLAT",
+    "IVF_SQ",
+    "IVF_PQ",
+    "IVF_RQ",
+    "IVF_HNSW_PQ",
+    "IVF_HNSW_SQ",
+    "IVF_HNSW_FLAT",
+    "BTree",
+    "BTREE",
+    "Bitmap",
+    "BITMAP",
+    "LabelList",
+    "LABEL_LIST",
+    "Fm",
+    "FM",
+    "ZoneMap",
+    "ZONEMAP",
+    "NGram",
+    "NGRAM",
+    "BloomFilter",
+    "BLOOMFILTER",
+    "RTree",
+    "RTREE",
+    "Inverted",
+    "INVERTED",
+    "FTS",
+];
+
+fn for_dialect(dialect: Dialect, mut entry: Value) -> Value {
+    if dialect == Dialect::LanceDb
+        && let Some(t) = entry["index_type"].as_str()
+        && !LANCEDB_TYPES.contains(&t)
+    {
+        entry["index_type"] = json!("Unknown");
+    }
+    entry
+}
+
 pub async fn list(
     State(app): State<AppState>,
     target: Target,
+    dialect: Dialect,
     JsonBody(body): JsonBody<ReadBody>,
 ) -> ApiResult<Response> {
     target.check_body_id(&body.common.id)?;
@@ -102,7 +151,7 @@ pub async fn list(
             if indexing && v["status"] == "PENDING" {
                 v["status"] = json!("INDEXING");
             }
-            v
+            for_dialect(dialect, v)
         })
         .collect();
     Ok(reply(json!({ "indexes": indexes, "page_token": next })))
@@ -111,15 +160,17 @@ pub async fn list(
 pub async fn stats(
     State(app): State<AppState>,
     target: Target,
+    dialect: Dialect,
     Path((_, name)): Path<(String, String)>,
     JsonBody(body): JsonBody<ReadBody>,
 ) -> ApiResult<Response> {
     let location = app.table(&target, &body.common.id).await?;
-    Ok(reply(
+    Ok(reply(for_dialect(
+        dialect,
         app.store
             .index_stats(&location, &at(&target, &body)?, &name)
             .await?,
-    ))
+    )))
 }
 
 pub async fn drop(
