@@ -1,4 +1,5 @@
 """Real clients against Lancet: pylance, lance-namespace's REST and directory clients."""
+import json
 import time
 import urllib.request
 
@@ -224,6 +225,11 @@ def test_pylance_writes_a_table_through_the_rest_namespace(lancet):
     lancet.insert("pw$t", pa.table({"id": [2]}))
     described = ns.describe_table(DescribeTableRequest(id=["pw", "t"]))
     assert (described.version, described.managed_versioning) == (6, True)
+    # A branch made by pylance: its first version is committed through the namespace before
+    # lance records the branch (404 from Lancet before).
+    lance.dataset(namespace_client=ns, table_id=["pw", "t"]).create_branch("side")
+    branches = lancet.post("/v1/table/pw$t/branches/list", {})
+    assert "side" in json.dumps(branches), branches
     assert ns.count_table_rows(CountTableRowsRequest(id=["pw", "t"], predicate="id >= 1")).count == 2
 
 

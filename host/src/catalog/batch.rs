@@ -571,7 +571,12 @@ impl Catalog {
             Ok(v) => self.intents.read_object(&v.version.manifest_path).await,
             Err(e) => {
                 let e = ApiError::from(e);
-                if e.code == ErrorCode::TableVersionNotFound {
+                // A branch's first version is committed before the branch is recorded (lance's
+                // create_branch through a namespace-managed table): a branch not found yet
+                // has no version either. (The table itself was located before this.)
+                let unborn_branch =
+                    branch.is_some() && e.status == axum::http::StatusCode::NOT_FOUND;
+                if e.code == ErrorCode::TableVersionNotFound || unborn_branch {
                     Ok(None)
                 } else {
                     Err(e)
