@@ -255,3 +255,29 @@ async fn bad_blob_requests_are_refused_with_the_reason() {
     let resp = range(&s, "/v1/table/missing/blob/img/0/bytes", None).await;
     assert_eq!(resp.status().as_u16(), 404);
 }
+
+/// `fetch_blobs` assembles its answer in memory: that memory is drawn from the request-memory
+/// budget (`--max-body-memory-mb`), and an answer that does not fit is a 503 to retry, not an
+/// unbounded allocation.
+#[tokio::test]
+async fn a_blob_answer_is_charged_to_the_memory_budget() {
+    let data = tempfile::tempdir().unwrap();
+    let s = Server::start_with(data, &[("LANCET_MAX_BODY_MEMORY_MB", "3")]).await;
+    let big = pattern(1 << 20, 3);
+    let (st, b) = s
+        .post_arrow(
+            "/v1/table/b/create",
+            &blob_rows(&[0, 1], &[Some(big.clone()), Some(big)]),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    let (st, body) = fetch(&s, json!({"column": "img", "row_ids": [0]})).await;
+    assert_eq!(st, 200, "one blob fits");
+    assert_eq!(decode(&body)[0].as_ref().map(Vec::len), Some(1 << 20));
+    let (st, body) = fetch(&s, json!({"column": "img", "row_ids": [0, 1]})).await;
+    let b: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_error(st, &b, 503, 17);
+    // The byte-range route streams: it needs no such reservation.
+    let r = range(&s, "/v1/table/b/blob/img/1/bytes", None).await;
+    assert_eq!(r.bytes().await.unwrap().len(), 1 << 20);
+}

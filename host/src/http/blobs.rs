@@ -70,6 +70,15 @@ pub async fn fetch(
         .store
         .blobs(&location, &at, &body.column, &body.row_ids)
         .await?;
+    // The values and their encoding are both in memory until the answer is sent: they are
+    // counted against the server's request-memory budget meanwhile (a 503 when it is in use).
+    let total: u64 = located.files.iter().flatten().map(|f| f.size()).sum();
+    let reserved = (2 * total.min(blobs::MAX_FETCH_BYTES)) as usize;
+    let Some(permit) = app.admission.reserve_memory(reserved) else {
+        return Ok(super::overload::slow_down(
+            "the server is holding too much answer data at once; retry fetch_blobs shortly",
+        ));
+    };
     let values = blobs::read_all(&located.files).await?;
     let schema = Arc::new(Schema::new(vec![Field::new(
         body.column.as_str(),
@@ -86,8 +95,13 @@ pub async fn fetch(
         .and_then(|()| writer.finish())
         .map_err(|e| ApiError::internal(e.to_string()))?;
     drop(writer);
+    // The reservation is released once the answer's bytes are handed over.
+    let body = Body::from_stream(futures::stream::once(async move {
+        let _held = permit;
+        Ok::<_, std::io::Error>(bytes::Bytes::from(out))
+    }));
     let mut response =
-        ([(header::CONTENT_TYPE, super::openapi::ARROW_STREAM)], out).into_response();
+        ([(header::CONTENT_TYPE, super::openapi::ARROW_STREAM)], body).into_response();
     set_version(&mut response, located.dataset.version().version);
     Ok(response)
 }

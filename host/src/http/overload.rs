@@ -88,6 +88,16 @@ impl Admission {
         }
     }
 
+    /// Reserve `bytes` of the request-memory budget for an answer assembled in memory (the
+    /// same budget request bodies draw on); None when it is in use: the caller answers 503.
+    /// The reservation lasts as long as the permit.
+    pub fn reserve_memory(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
+        self.body_memory
+            .clone()
+            .try_acquire_many_owned(units(bytes))
+            .ok()
+    }
+
     fn tenant_slot(&self, tenant: &str, limit: Option<usize>) -> Option<OwnedSemaphorePermit> {
         let limit = limit.unwrap_or(self.tenant_default).max(1);
         let semaphore = {
