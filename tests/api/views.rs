@@ -112,6 +112,11 @@ async fn view_requests_lancet_cannot_honour_are_refused_by_name() {
             json!({"source_query": "SELECT id FROM src", "output_schema": "%%%"}),
             "output_schema",
         ),
+        // A schema message declaring 2 GiB of metadata in 8 bytes: checked, never allocated.
+        (
+            json!({"source_query": "SELECT id FROM src", "output_schema": "/////////38="}),
+            "declares 2147483647 bytes",
+        ),
         (json!({}), "needs a 'query'"),
     ] {
         let (st, b) = create(body.clone()).await;

@@ -28,6 +28,19 @@ pub(crate) fn decode_limits(body_len: usize) -> Limits {
     Limits::new(body.saturating_add(expansion))
 }
 
+/// `batch` as an Arrow IPC stream (an answer, or a body handed on to lance-namespace).
+pub fn stream_bytes(batch: &RecordBatch) -> ApiResult<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut writer = arrow_ipc::writer::StreamWriter::try_new(&mut out, &batch.schema())
+        .map_err(|e| ApiError::internal(format!("encoding Arrow IPC: {e}")))?;
+    writer
+        .write(batch)
+        .and_then(|()| writer.finish())
+        .map_err(|e| ApiError::internal(format!("encoding Arrow IPC: {e}")))?;
+    drop(writer);
+    Ok(out)
+}
+
 pub struct ArrowBody {
     pub schema: SchemaRef,
     pub batches: Vec<RecordBatch>,

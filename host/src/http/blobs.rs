@@ -87,14 +87,7 @@ pub async fn fetch(
     )]));
     let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(values) as ArrayRef])
         .map_err(|e| ApiError::internal(e.to_string()))?;
-    let mut out = Vec::new();
-    let mut writer = arrow_ipc::writer::StreamWriter::try_new(&mut out, &schema)
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-    writer
-        .write(&batch)
-        .and_then(|()| writer.finish())
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-    drop(writer);
+    let out = super::arrow_body::stream_bytes(&batch)?;
     // The reservation is released once the answer's bytes are handed over.
     let body = Body::from_stream(futures::stream::once(async move {
         let _held = permit;

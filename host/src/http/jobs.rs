@@ -127,14 +127,7 @@ pub async fn query_events(
         .jobs
         .events(caller.tenant(), &id, body.filter.as_deref(), limit)
         .await?;
-    let mut out = Vec::new();
-    let mut writer = arrow_ipc::writer::StreamWriter::try_new(&mut out, &batch.schema())
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-    writer
-        .write(&batch)
-        .and_then(|()| writer.finish())
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-    drop(writer);
+    let out = super::arrow_body::stream_bytes(&batch)?;
     Ok((
         [(
             axum::http::header::CONTENT_TYPE,

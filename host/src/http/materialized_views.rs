@@ -63,9 +63,10 @@ fn check_output_schema(raw: &str, schema: &Schema) -> ApiResult<()> {
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(raw.trim())
         .map_err(|e| ApiError::invalid(format!("output_schema is not base64: {e}")))?;
-    let declared = arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)
-        .map_err(|e| ApiError::invalid(format!("output_schema is not an Arrow IPC schema: {e}")))?
-        .schema();
+    // The client's bytes: checked (every declared length) before arrow reads them.
+    let declared = super::arrow_body::ArrowBody::decode(&bytes)
+        .map_err(|e| ApiError::invalid(format!("output_schema: {}", e.message)))?
+        .schema;
     let shape = |s: &Schema| -> Vec<(String, String)> {
         s.fields()
             .iter()
@@ -140,14 +141,7 @@ pub async fn create(
         schema.fields().clone(),
         record.metadata()?,
     ));
-    let mut ipc = Vec::new();
-    {
-        let mut w = arrow_ipc::writer::StreamWriter::try_new(&mut ipc, &schema)
-            .map_err(|e| ApiError::internal(e.to_string()))?;
-        w.write(&RecordBatch::new_empty(schema.clone()))
-            .and_then(|()| w.finish())
-            .map_err(|e| ApiError::internal(e.to_string()))?;
-    }
+    let ipc = super::arrow_body::stream_bytes(&RecordBatch::new_empty(schema.clone()))?;
     let created = {
         let _guard = target.catalog.commit_lock.lock().await?;
         let r = target
@@ -257,6 +251,7 @@ pub async fn describe(
 #[serde(default, deny_unknown_fields)]
 pub struct RefreshBody {
     /// Recompute every row (the only way Lancet refreshes: accepted either way).
+    #[allow(dead_code)]
     full: Option<bool>,
     /// The source version to read (default: the latest when the job runs).
     source_version: Option<i64>,
@@ -286,7 +281,6 @@ pub async fn refresh(
     JsonBody(body): JsonBody<RefreshBody>,
 ) -> ApiResult<Response> {
     target.check_body_id(&body.id)?;
-    let _ = body.full;
     for (name, set) in [
         (
             "max_rows_per_fragment",

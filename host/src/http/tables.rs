@@ -85,14 +85,8 @@ pub async fn create(
     // A schema with no batch (the lancedb client's `create_table(name, schema=...)`) makes
     // an empty table; lance-namespace wants at least one batch, so it gets an empty one.
     let body = if decoded.batches.is_empty() {
-        let mut out = Vec::new();
-        let mut w = arrow_ipc::writer::StreamWriter::try_new(&mut out, &decoded.schema)
-            .map_err(ApiError::from)?;
-        w.write(&arrow_array::RecordBatch::new_empty(decoded.schema.clone()))
-            .and_then(|()| w.finish())
-            .map_err(ApiError::from)?;
-        std::mem::drop(w);
-        Bytes::from(out)
+        let empty = arrow_array::RecordBatch::new_empty(decoded.schema.clone());
+        Bytes::from(super::arrow_body::stream_bytes(&empty)?)
     } else {
         body
     };
