@@ -204,16 +204,14 @@ async fn run_lancet(dir: &Path, max_checkpoint: usize) -> (f64, f64) {
     let id = vec!["bench".to_string()];
     let catalog = app.tenants.catalog("default").await.unwrap();
     let location = catalog.locate(&id).await.unwrap();
-    let options = lancet::jobs::spec::BackfillOptions {
+    let options = lancet::jobs::kinds::backfill::BackfillOptions {
         column: "out".into(),
         max_checkpoint_size: Some(max_checkpoint as i64),
         checkpoint_size: Some(max_checkpoint.min(16_384) as i64),
         ..Default::default()
     };
     let (started, cpu) = (Instant::now(), cpu_secs());
-    let job = app
-        .jobs
-        .submit_backfill(&app, "default", id, location, None, options)
+    let job = lancet::jobs::kinds::backfill::submit(&app, "default", id, location, None, options)
         .await
         .unwrap();
     loop {

@@ -156,7 +156,7 @@ impl ServeConfig {
             min_unindexed_rows: self.upkeep_min_unindexed_rows,
             cleanup_interval: self.upkeep_cleanup_interval,
             quiet_after: self.upkeep_quiet_after,
-            thresholds: crate::jobs::optimize::Thresholds {
+            thresholds: crate::jobs::kinds::optimize::Thresholds {
                 target_rows_per_fragment: self.upkeep_target_rows_per_fragment.max(1),
                 deleted_share: self.upkeep_deleted_share.max(0.0),
                 retrain_share: self.upkeep_retrain_share.max(0.0),

@@ -44,7 +44,7 @@ pub struct App {
     pub upkeep: upkeep::Upkeep,
     pub metrics: metrics::Metrics,
     /// Bounds on requests in flight and on body memory.
-    pub admission: http::overload::Admission,
+    pub admission: http::pipeline::overload::Admission,
     /// Lets non-loopback clients read `/metrics`.
     pub metrics_token: Option<String>,
     /// `LANCET_FAULT_INJECTION=1`: honour `x-lancet-fault` request headers (tests only).

@@ -1,5 +1,7 @@
 //! The `lancet` command: `lancet serve` and helper subcommands.
 
+mod cli;
+
 use clap::{Parser, Subcommand};
 use lancet::config::ServeConfig;
 
@@ -234,7 +236,7 @@ fn main() {
             api_key,
             interval,
         }) => runtime
-            .block_on(lancet::jobs::watch::watch(
+            .block_on(cli::watch::watch(
                 &url,
                 &job_id,
                 api_key.as_deref(),

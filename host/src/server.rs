@@ -25,8 +25,10 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
     let (auth, tenant_limits) = authenticator(config, &root).await?;
     let runtime = lancet_udf::Runtime::new(udf_config(config, &root))?;
     let jobs = crate::jobs::JobManager::open(root.clone(), node_id.clone(), config.job_lease_ttl)
-        .with_upkeep_concurrency(config.upkeep_concurrency)
-        .with_helper_tasks(config.job_helper_tasks);
+        .with_kinds(crate::jobs::kinds::all(
+            config.upkeep_concurrency,
+            config.job_helper_tasks,
+        ));
     Ok(Arc::new(App {
         tenants: Tenants::new(
             &root_uri,
@@ -46,7 +48,7 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
         jobs,
         upkeep: crate::upkeep::Upkeep::new(config.upkeep_policy(), config.upkeep_interval),
         metrics: Default::default(),
-        admission: http::overload::Admission::new(http::overload::Bounds {
+        admission: http::pipeline::overload::Admission::new(http::pipeline::overload::Bounds {
             max_in_flight: config.max_in_flight,
             tenant_max_in_flight: config.tenant_max_in_flight,
             body_memory_bytes: config.max_body_memory_mb << 20,

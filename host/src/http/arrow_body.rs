@@ -79,7 +79,7 @@ impl<S: Send + Sync> FromRequest<S> for ArrowBody {
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         let bytes = Bytes::from_request(req, state)
             .await
-            .map_err(super::extract::bytes_error)?;
+            .map_err(super::pipeline::body::bytes_error)?;
         // Decoding is CPU work proportional to the body; keep it off the async workers.
         tokio::task::spawn_blocking(move || ArrowBody::decode(&bytes))
             .await

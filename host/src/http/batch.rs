@@ -14,8 +14,8 @@ use lance_namespace::ErrorCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::auth::Caller;
-use super::extract::JsonBody;
+use super::pipeline::auth::Caller;
+use super::pipeline::extract::JsonBody;
 use super::reply;
 use crate::catalog::batch::{BatchFailure, BatchOp, Stage};
 use crate::error::{ApiError, ApiResult};

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::AppState;
-use super::extract::{JsonBody, Target};
+use super::pipeline::extract::{JsonBody, Target};
 use crate::error::{ApiError, ApiResult};
 use crate::store::At;
 use crate::store::blobs::{self, MAX_FETCH_ROWS};
@@ -75,7 +75,7 @@ pub async fn fetch(
     let total: u64 = located.files.iter().flatten().map(|f| f.size()).sum();
     let reserved = (2 * total.min(blobs::MAX_FETCH_BYTES)) as usize;
     let Some(permit) = app.admission.reserve_memory(reserved) else {
-        return Ok(super::overload::slow_down(
+        return Ok(super::pipeline::overload::slow_down(
             "the server is holding too much answer data at once; retry fetch_blobs shortly",
         ));
     };

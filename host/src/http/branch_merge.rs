@@ -7,7 +7,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use super::extract::{Common, JsonBody, Target};
+use super::pipeline::extract::{Common, JsonBody, Target};
 use super::{AppState, reply};
 use crate::error::{ApiError, ApiResult};
 

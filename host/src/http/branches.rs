@@ -5,7 +5,7 @@ use axum::response::Response;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::extract::{Common, JsonBody, Target, page, paginate};
+use super::pipeline::extract::{Common, JsonBody, Target, page, paginate};
 use super::{AppState, reply};
 use crate::error::{ApiError, ApiResult};
 use crate::store::At;

@@ -10,8 +10,8 @@ use lance_namespace::models::{DeclareTableRequest, DeregisterTableRequest};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::auth::Caller;
-use super::extract::{JsonBody, Target, split_id};
+use super::pipeline::auth::Caller;
+use super::pipeline::extract::{JsonBody, Target, split_id};
 use super::{AppState, reply};
 use crate::catalog::Catalog;
 use crate::error::{ApiError, ApiResult};

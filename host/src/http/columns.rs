@@ -6,7 +6,7 @@ use axum::response::Response;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::extract::{Common, JsonBody, JsonOrArrow, Target};
+use super::pipeline::extract::{Common, JsonBody, JsonOrArrow, Target};
 use super::transactions::committed;
 use super::{AppState, reply};
 use crate::error::{ApiError, ApiResult};

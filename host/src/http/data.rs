@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::arrow_body::ArrowBody;
-use super::extract::{Common, JsonBody, Target};
+use super::pipeline::extract::{Common, JsonBody, Target};
 use super::{AppState, reply};
 use crate::error::{ApiError, ApiResult};
 use crate::store::{At, MergeOptions};

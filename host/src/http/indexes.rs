@@ -6,7 +6,7 @@ use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::extract::{Common, Dialect, JsonBody, Target, page, paginate};
+use super::pipeline::extract::{Common, Dialect, JsonBody, Target, page, paginate};
 use super::transactions::committed;
 use super::{AppState, reply};
 use crate::error::{ApiError, ApiResult};
@@ -144,7 +144,9 @@ pub async fn list(
     // for the tenant), PENDING when only an optimize request would fold them in.
     let latest = at.version.is_none();
     let upkeep_on = app.upkeep.policy_for(&app, target.caller.tenant()).enabled;
-    let indexing = latest && (upkeep_on || app.jobs.indexing(&location, at.branch.as_deref()));
+    let indexing = latest
+        && (upkeep_on
+            || crate::jobs::kinds::optimize::indexing(&app.jobs, &location, at.branch.as_deref()));
     let indexes: Vec<Value> = entries
         .into_iter()
         .map(|(_, mut v)| {

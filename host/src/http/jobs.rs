@@ -8,11 +8,11 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::auth::Caller;
-use super::extract::{Common, JsonBody, Params, Target, page, paginate};
+use super::pipeline::auth::Caller;
+use super::pipeline::extract::{Common, JsonBody, Params, Target, page, paginate};
 use super::{AppState, reply};
 use crate::error::{ApiError, ApiResult};
-use crate::jobs::spec::BackfillOptions;
+use crate::jobs::kinds::backfill::{self, BackfillOptions};
 use crate::jobs::state::JobState;
 
 #[derive(Deserialize, Default, schemars::JsonSchema)]
@@ -31,17 +31,15 @@ pub async fn backfill_column(
 ) -> ApiResult<Response> {
     let location = app.table(&target, &body.common.id).await?;
     let branch = target.branch(&body.common.branch);
-    let job_id = app
-        .jobs
-        .submit_backfill(
-            &app,
-            target.caller.tenant(),
-            target.id.clone(),
-            location,
-            branch,
-            body.options,
-        )
-        .await?;
+    let job_id = backfill::submit(
+        &app,
+        target.caller.tenant(),
+        target.id.clone(),
+        location,
+        branch,
+        body.options,
+    )
+    .await?;
     Ok(reply(json!({ "job_id": job_id })))
 }
 
@@ -160,8 +158,8 @@ fn table_filter(v: Option<Value>, params: &Params) -> ApiResult<Option<Vec<Strin
     match v {
         None | Some(Value::Null) => Ok(params
             .string("table_id")
-            .map(|t| super::extract::split_id(&t, delimiter))),
-        Some(Value::String(s)) => Ok(Some(super::extract::split_id(&s, delimiter))),
+            .map(|t| super::pipeline::extract::split_id(&t, delimiter))),
+        Some(Value::String(s)) => Ok(Some(super::pipeline::extract::split_id(&s, delimiter))),
         Some(v @ Value::Array(_)) => serde_json::from_value(v)
             .map(Some)
             .map_err(|_| ApiError::invalid("table_id must be a list of strings")),
@@ -246,7 +244,7 @@ pub async fn row_errors(
     target: Target,
     JsonBody(body): JsonBody<ErrorsBody>,
 ) -> ApiResult<Response> {
-    use crate::jobs::row_errors::{DEFAULT_LIMIT, ErrorsQuery, MAX_LIMIT};
+    use crate::jobs::kinds::backfill::row_errors::{self, DEFAULT_LIMIT, ErrorsQuery, MAX_LIMIT};
     let location = app.table(&target, &body.common.id).await?;
     let branch = target.branch(&body.common.branch);
     let limit = match body.limit {
@@ -266,6 +264,6 @@ pub async fn row_errors(
         limit,
     };
     Ok(reply(
-        app.jobs.row_errors(target.caller.tenant(), query).await?,
+        row_errors::list(&app.jobs, target.caller.tenant(), query).await?,
     ))
 }

@@ -14,10 +14,10 @@ use lance_namespace::models::{CreateTableRequest, DropTableRequest, ListTablesRe
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::extract::{JsonBody, Target, page};
+use super::pipeline::extract::{JsonBody, Target, page};
 use super::{AppState, reply};
 use crate::error::{ApiError, ApiResult};
-use crate::jobs::refresh::RefreshSpec;
+use crate::jobs::kinds::refresh::{self, RefreshSpec};
 use crate::views::ViewRecord;
 use crate::views::definition::Definition;
 
@@ -199,9 +199,7 @@ async fn start_refresh(
         source_location,
         source_version,
     };
-    app.jobs
-        .submit_refresh(app, target.caller.tenant(), location, spec)
-        .await
+    refresh::submit(app, target.caller.tenant(), location, spec).await
 }
 
 /// The view at `target`, or a 404 (also for a plain table: it is no view).
@@ -390,7 +388,7 @@ pub async fn list(State(app): State<AppState>, target: Target) -> ApiResult<Resp
         }
     }
     names.sort();
-    let (views, page_token) = super::extract::paginate(
+    let (views, page_token) = super::pipeline::extract::paginate(
         names.into_iter().map(|n| (n.clone(), n)).collect(),
         limit,
         token.as_deref(),

@@ -8,7 +8,7 @@ use axum::response::Response;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::extract::{Common, JsonBody, Target};
+use super::pipeline::extract::{Common, JsonBody, Target};
 use super::{AppState, reply};
 use crate::error::{ApiError, ApiResult};
 
@@ -39,7 +39,9 @@ pub async fn update_schema_metadata(
         .await?;
     let mut response = reply(json!(metadata));
     // Clients read the answer as a map of strings: no `context` may be added to it.
-    response.extensions_mut().insert(super::context::Verbatim);
+    response
+        .extensions_mut()
+        .insert(super::pipeline::context::Verbatim);
     Ok(response)
 }
 

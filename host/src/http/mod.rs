@@ -4,29 +4,24 @@
 //! Every route is listed in [`routes`]; find a handler from its path there.
 
 mod arrow_body;
-pub mod auth;
 mod batch;
 mod blobs;
 mod branch_merge;
 mod branches;
 mod clone;
 mod columns;
-mod context;
 mod data;
 pub mod errors;
-mod extract;
-mod fair;
-pub use extract::Target;
+pub use pipeline::extract::Target;
 mod indexes;
 mod jobs;
 mod metadata;
 mod multipart;
 mod namespaces;
-mod observe;
 pub mod openapi;
-pub use observe::{ServedTenant, install_panic_hook};
+pub mod pipeline;
+pub use pipeline::observe::{ServedTenant, install_panic_hook};
 mod materialized_views;
-pub mod overload;
 mod query;
 mod query_body;
 mod table_versions;
@@ -101,7 +96,10 @@ impl Routes {
         } else {
             handler
         };
-        let guarded = handler.route_layer(middleware::from_fn_with_state(role, auth::require));
+        let guarded = handler.route_layer(middleware::from_fn_with_state(
+            role,
+            pipeline::auth::require,
+        ));
         self.router = self.router.route(path, guarded);
         let first = self.table.len();
         self.table.extend(methods.iter().map(|&method| RouteInfo {
@@ -463,25 +461,25 @@ pub fn service(
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(middleware::from_fn_with_state(
             state.clone(),
-            observe::inject_faults,
+            pipeline::observe::inject_faults,
         ))
         .layer(CatchPanicLayer::custom(move |panic| {
-            observe::panicked(&panics, panic)
+            pipeline::observe::panicked(&panics, panic)
         }))
         .layer(middleware::from_fn_with_state(
             state.clone(),
-            overload::admit_tenant,
+            pipeline::overload::admit_tenant,
         ))
         .layer(middleware::from_fn_with_state(
             state.clone(),
-            auth::authenticate,
+            pipeline::auth::authenticate,
         ))
         // Inside the context mapping, so that answers mirror `phalanx-version` into `context`.
         .layer(middleware::from_fn(response_headers))
-        .layer(middleware::from_fn(context::map_context))
+        .layer(middleware::from_fn(pipeline::context::map_context))
         .layer(middleware::from_fn_with_state(
             state.clone(),
-            overload::admit_request,
+            pipeline::overload::admit_request,
         ))
         .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
             body_timeout,
@@ -491,12 +489,12 @@ pub fn service(
         .layer(middleware::from_fn(response_headers))
         .layer(middleware::from_fn_with_state(
             state,
-            observe::record_metrics,
+            pipeline::observe::record_metrics,
         ))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(
             TraceLayer::new_for_http()
-                .make_span_with(observe::request_span)
+                .make_span_with(pipeline::observe::request_span)
                 .on_request(())
                 .on_response(
                     tower_http::trace::DefaultOnResponse::new().level(tracing::Level::INFO),
@@ -523,7 +521,7 @@ async fn metrics(
             .is_some_and(|given| given.as_bytes() == token.as_bytes())
     });
     if !loopback && !token_ok {
-        return auth::unauthorized(
+        return pipeline::auth::unauthorized(
             "/metrics needs the metrics token (--metrics-token) from a non-loopback address",
         )
         .into_response();
@@ -549,7 +547,7 @@ async fn response_headers(request: Request, next: Next) -> Response {
     response
 }
 
-/// A JSON answer (its `context` is filled by `context::map_context`).
+/// A JSON answer (its `context` is filled by `pipeline::context::map_context`).
 /// An upstream response model (or error) as a JSON answer.
 pub fn answer<T: serde::Serialize>(result: Result<T, impl Into<ApiError>>) -> ApiResult<Response> {
     respond(result.map_err(Into::into)?)

@@ -8,7 +8,7 @@ use axum::response::Response;
 use serde_json::json;
 
 use super::arrow_body::ArrowBody;
-use super::extract::Target;
+use super::pipeline::extract::Target;
 use super::{AppState, reply};
 use crate::error::{ApiError, ApiResult};
 use crate::uploads::{Upload, Uploads};

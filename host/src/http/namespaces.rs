@@ -8,7 +8,7 @@ use lance_namespace::models::{
 };
 use serde_json::json;
 
-use super::extract::{Model, page};
+use super::pipeline::extract::{Model, page};
 use super::{AppState, answer, reply, respond};
 use crate::catalog::Catalog;
 use crate::error::{ApiError, ApiResult};

@@ -49,8 +49,8 @@ use serde_json::{Map, Value, json};
 
 use super::RouteInfo;
 use super::arrow_body::ArrowBody;
-use super::auth::Caller;
-use super::extract::{Dialect, JsonBody, Model, Target};
+use super::pipeline::auth::Caller;
+use super::pipeline::extract::{Dialect, JsonBody, Model, Target};
 
 /// The media type of Arrow IPC stream bodies (requests and answers).
 pub const ARROW_STREAM: &str = "application/vnd.apache.arrow.stream";
@@ -249,7 +249,7 @@ impl<T: JsonSchema> Documented for JsonBody<T> {
 }
 
 /// Documented as its JSON form; the Arrow form is the lancedb client's (see the README).
-impl<T: JsonSchema> Documented for super::extract::JsonOrArrow<T> {
+impl<T: JsonSchema> Documented for super::pipeline::extract::JsonOrArrow<T> {
     fn document(op: &mut Operation) {
         op.body = Body::Json(schema_of::<T>);
     }
@@ -507,7 +507,8 @@ pub fn document() -> Value {
     let mut schemas = generator.take_definitions(true);
     // A body struct without its own doc takes the description of the fields it flattens in
     // (`Common`'s); drop that borrowed text.
-    let common = SchemaGenerator::default().into_root_schema_for::<super::extract::Common>();
+    let common =
+        SchemaGenerator::default().into_root_schema_for::<super::pipeline::extract::Common>();
     if let Some(borrowed) = common.get("description") {
         for (name, schema) in schemas.iter_mut() {
             if name != "Common" && schema.get("description") == Some(borrowed) {
@@ -550,7 +551,9 @@ pub fn document() -> Value {
 pub async fn serve() -> Response {
     static DOCUMENT: OnceLock<Value> = OnceLock::new();
     let mut response = axum::Json(DOCUMENT.get_or_init(document)).into_response();
-    response.extensions_mut().insert(super::context::Verbatim);
+    response
+        .extensions_mut()
+        .insert(super::pipeline::context::Verbatim);
     response
 }
 

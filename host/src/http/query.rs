@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
-use super::extract::{Dialect, JsonBody, Target};
+use super::pipeline::extract::{Dialect, JsonBody, Target};
 use super::query_body;
 use super::{AppState, reply};
 use crate::error::{ApiError, ApiResult};

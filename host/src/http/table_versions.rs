@@ -9,9 +9,9 @@ use lance_namespace::models::{
 };
 use serde_json::{Value, json};
 
-use super::auth::Caller;
 use super::batch::render;
-use super::extract::{JsonBody, Target};
+use super::pipeline::auth::Caller;
+use super::pipeline::extract::{JsonBody, Target};
 use super::reply;
 use crate::catalog::batch::BatchOp;
 use crate::error::{ApiError, ApiResult};

@@ -13,7 +13,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::arrow_body::ArrowBody;
-use super::extract::{Common, Dialect, JsonBody, Model, Target, page, paginate};
+use super::pipeline::extract::{Common, Dialect, JsonBody, Model, Target, page, paginate};
 use super::{AppState, answer, reply, respond, to_json};
 use crate::catalog::not_found_as_table;
 use crate::error::{ApiError, ApiResult};

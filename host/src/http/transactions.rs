@@ -22,8 +22,8 @@ use lance_namespace::ErrorCode;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::auth::Caller;
-use super::extract::JsonBody;
+use super::pipeline::auth::Caller;
+use super::pipeline::extract::JsonBody;
 use super::{AppState, reply};
 use crate::error::{ApiError, ApiResult};
 use crate::jobs::transaction::{Alteration, OnConflict};

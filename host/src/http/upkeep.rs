@@ -6,10 +6,10 @@ use axum::middleware::Next;
 use axum::response::Response;
 use serde_json::json;
 
-use super::extract::{JsonBody, Target};
+use super::pipeline::extract::{JsonBody, Target};
 use super::{AppState, reply};
 use crate::error::ApiResult;
-use crate::jobs::optimize::{OptimizeRequest, OptimizeSpec};
+use crate::jobs::kinds::optimize::{OptimizeRequest, OptimizeSpec};
 
 /// Start an upkeep job on a table (branch): `action` is `all` (default) or any of
 /// `compact`, `index`, `cleanup`; `retention_seconds` overrides the retention window. Answers
@@ -37,10 +37,7 @@ pub async fn optimize(
         merge_segments: true,
         trigger: "request".into(),
     };
-    let job_id = app
-        .jobs
-        .submit_optimize(&app, tenant, location, spec)
-        .await?;
+    let job_id = crate::jobs::kinds::optimize::submit(&app, tenant, location, spec).await?;
     Ok(reply(json!({ "job_id": job_id, "job_type": "optimize" })))
 }
 

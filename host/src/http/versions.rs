@@ -7,7 +7,7 @@ use serde_json::json;
 
 use axum::response::IntoResponse;
 
-use super::extract::{Common, Dialect, JsonBody, Target, page, paginate};
+use super::pipeline::extract::{Common, Dialect, JsonBody, Target, page, paginate};
 use super::{AppState, reply};
 use crate::error::{ApiError, ApiResult};
 use crate::store::{At, ManifestFile, VersionInfo};
@@ -200,7 +200,9 @@ pub async fn list_tags(
             .map(|(name, t)| (name, json!({ "branch": t.branch, "version": t.version, "manifestSize": t.manifest_size, "metadata": t.metadata })))
             .collect();
         let mut response = axum::Json(serde_json::Value::Object(flat)).into_response();
-        response.extensions_mut().insert(super::context::Verbatim);
+        response
+            .extensions_mut()
+            .insert(super::pipeline::context::Verbatim);
         return Ok(response);
     }
     let (tags, next) = paginate(tags.into_iter().collect(), limit, token.as_deref());

@@ -9,7 +9,7 @@ use lance_namespace::ErrorCode;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::extract::{JsonBody, Target, page, paginate};
+use super::pipeline::extract::{JsonBody, Target, page, paginate};
 use super::{AppState, reply, to_json};
 use crate::error::{ApiError, ApiResult};
 use crate::views::saved::{SavedView, SavedViews, tables_read};

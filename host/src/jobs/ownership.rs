@@ -9,23 +9,26 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use super::events::JobEvent;
+use super::job::Job;
 use super::state::JobState;
-use super::{Job, backfill, optimize, refresh, spec::JobSpec};
 use crate::App;
 use crate::error::ApiResult;
 use crate::root::Lease;
 
 /// Run `job` on this node under `lease`, renewing it until the job ends, then releasing it.
+/// The job's kind is one this node runs (submit and adoption check it).
 pub(super) fn start(app: &Arc<App>, job: Arc<Job>, lease: Lease) {
     let app = app.clone();
     app.jobs.running.send_modify(|n| *n += 1);
     tokio::spawn(async move {
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let keeper = tokio::spawn(keep(app.clone(), job.clone(), lease, stopped));
-        match job.snapshot().spec {
-            JobSpec::Backfill(_) => backfill::run(app.clone(), job.clone()).await,
-            JobSpec::Optimize(_) => optimize::run(app.clone(), job.clone()).await,
-            JobSpec::Refresh(_) => refresh::run(app.clone(), job.clone()).await,
+        let kind = app.jobs.kind(&job.snapshot().job_type).cloned();
+        match kind {
+            Some(kind) => kind.run(app.clone(), job.clone()).await,
+            None => {
+                tracing::error!(job_id = %job.snapshot().job_id, "started a job of a kind this node does not run")
+            }
         }
         let _ = stop.send(());
         let _ = keeper.await;
@@ -126,6 +129,15 @@ pub(super) async fn adopt_orphans(app: &Arc<App>) -> ApiResult<()> {
         if record.state == JobState::Paused {
             continue;
         }
+        // A kind this node does not run (a newer server's): left to the nodes that do, and
+        // its table left alone meanwhile.
+        let Some(kind) = manager.kind(&record.job_type).cloned() else {
+            elsewhere.insert((
+                record.location.clone(),
+                record.spec.branch().map(str::to_string),
+            ));
+            continue;
+        };
         let Some(lease) = Lease::try_acquire(
             &manager.root,
             &dir.lease_key(),
@@ -140,9 +152,7 @@ pub(super) async fn adopt_orphans(app: &Arc<App>) -> ApiResult<()> {
                 record.location.clone(),
                 record.spec.branch().map(str::to_string),
             ));
-            if super::helper::may_help(manager, &record) {
-                super::helper::help(app, record);
-            }
+            kind.help_elsewhere(app, &record);
             continue;
         };
         let job = Arc::new(Job::new(dir.clone(), record));

@@ -12,8 +12,9 @@ use lance_namespace::ErrorCode;
 use serde_json::{Value, json};
 
 use super::events::{self, JobEvent};
+use super::manager::JobManager;
+use super::ownership;
 use super::state::JobState;
-use super::{JobManager, ownership};
 use crate::App;
 use crate::error::{ApiError, ApiResult};
 

@@ -12,7 +12,7 @@ use arrow_schema::{Field, Schema};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::spec::JobSpec;
+use super::kind::JobSpec;
 use crate::error::{ApiError, ApiResult};
 use crate::root::{RootStore, Version};
 use crate::store::StagedFile;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use lance_namespace::ErrorCode;
 
-use super::JobManager;
+use super::manager::JobManager;
 use super::state::JobState;
 use crate::error::{ApiError, ApiResult};
 

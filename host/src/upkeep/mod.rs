@@ -1,6 +1,6 @@
 //! Background upkeep: every table written through this server is watched, and checked every
 //! `--upkeep-interval`; when the policy finds it needs compaction, index upkeep or cleanup, an
-//! upkeep job is started for it (see `jobs::optimize`), one per (table, branch) at a time and
+//! upkeep job is started for it (see `jobs::kinds::optimize`), one per (table, branch) at a time and
 //! at most `--upkeep-concurrency` at once. A table is forgotten once it is clean and has not
 //! been written for a while; the next write brings it back.
 
@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::App;
-use crate::jobs::optimize::OptimizeSpec;
+use crate::jobs::kinds::optimize::OptimizeSpec;
 pub use policy::{UpkeepOverride, UpkeepPolicy};
 
 type Key = (String, String);
@@ -179,7 +179,8 @@ async fn check_table(app: &Arc<App>, key: &Key) -> crate::error::ApiResult<()> {
                 return Ok(());
             };
             state.settled_at = Some(health.version);
-            if !phases.is_empty() && phases.contains(&crate::jobs::optimize::Phase::Cleanup) {
+            if !phases.is_empty() && phases.contains(&crate::jobs::kinds::optimize::Phase::Cleanup)
+            {
                 state.cleaned = Some(Instant::now());
             }
             !phases.is_empty()
@@ -197,11 +198,7 @@ async fn check_table(app: &Arc<App>, key: &Key) -> crate::error::ApiResult<()> {
             merge_segments: quiet,
             trigger: "policy".into(),
         };
-        match app
-            .jobs
-            .submit_optimize(app, tenant, location.clone(), spec)
-            .await
-        {
+        match crate::jobs::kinds::optimize::submit(app, tenant, location.clone(), spec).await {
             Ok(job_id) => {
                 tracing::info!(%tenant, %location, ?branch, %job_id, "upkeep job started")
             }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::jobs::optimize::{Phase, Thresholds, index_action};
+use crate::jobs::kinds::optimize::{Phase, Thresholds, index_action};
 use crate::store::TableHealth;
 
 /// The policy's knobs as flags give them (see `ServeConfig`'s `--upkeep-*`).

@@ -6,15 +6,15 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::optimize::cancelled;
-use super::spec::JobSpec;
-use super::state::Failure;
-use super::{Job, JobManager, Stop, new_job_id, new_record, ownership};
 use crate::App;
 use crate::error::{ApiError, ApiResult};
+use crate::jobs::state::{Failure, JobRecord};
+use crate::jobs::{Job, JobKind, JobSpec, Stop};
 use crate::views::SOURCE_VERSION_KEY;
 use crate::views::definition::Definition;
 
@@ -34,35 +34,44 @@ pub struct RefreshSpec {
     pub source_version: Option<u64>,
 }
 
-impl JobManager {
-    /// Record a refresh of the view at `location` and start it. One refresh per view at a
-    /// time: another is refused (409) while one is in progress.
-    pub async fn submit_refresh(
-        &self,
-        app: &Arc<App>,
-        tenant: &str,
-        location: String,
-        spec: RefreshSpec,
-    ) -> ApiResult<String> {
-        let job_id = new_job_id();
-        let record = new_record(&job_id, REFRESH, tenant, location, JobSpec::Refresh(spec));
-        let (job, lease) = self
-            .insert_unless(record, |other| {
-                matches!(other.spec, JobSpec::Refresh(_)).then(|| {
-                    format!(
-                        "the view already has a refresh in progress (job {})",
-                        other.job_id
-                    )
-                })
-            })
-            .await?;
-        ownership::start(app, job, lease);
-        Ok(job_id)
+/// The refresh kind.
+pub struct Refresh;
+
+impl JobKind for Refresh {
+    fn job_type(&self) -> &'static str {
+        REFRESH
+    }
+
+    fn run(&self, app: Arc<App>, job: Arc<Job>) -> BoxFuture<'static, ()> {
+        run(app, job).boxed()
+    }
+
+    fn progress(&self, _job: &Job, r: &JobRecord) -> Value {
+        json!({ "steps": r.steps })
     }
 }
 
+/// Record a refresh of the view at `location` and start it. One refresh per view at a time:
+/// another is refused (409) while one is in progress.
+pub async fn submit(
+    app: &Arc<App>,
+    tenant: &str,
+    location: String,
+    spec: RefreshSpec,
+) -> ApiResult<String> {
+    let stored = JobSpec::new(&spec)?;
+    app.jobs
+        .submit(app, REFRESH, tenant, location, stored, |other| {
+            Some(format!(
+                "the view already has a refresh in progress (job {})",
+                other.job_id
+            ))
+        })
+        .await
+}
+
 /// Run a refresh job to its end (also one resumed at start-up or taken over).
-pub(super) async fn run(app: Arc<App>, job: Arc<Job>) {
+async fn run(app: Arc<App>, job: Arc<Job>) {
     let (a, j) = (app.clone(), job.clone());
     let outcome = job.run_caught(async move { drive(&a, &j).await }).await;
     job.finish(outcome, |r| {
@@ -85,9 +94,7 @@ fn failed(e: ApiError) -> Stop {
 
 async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
     let record = job.snapshot();
-    let JobSpec::Refresh(spec) = &record.spec else {
-        return Err(failed(ApiError::internal("not a refresh job")));
-    };
+    let spec: RefreshSpec = record.spec.typed().map_err(failed)?;
     let def = Definition::parse(&spec.view_query).map_err(failed)?;
     let mark = |v: u64| HashMap::from([(SOURCE_VERSION_KEY.to_string(), v.to_string())]);
     let work = app.store.refresh_view(
@@ -99,7 +106,7 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
     );
     let done = tokio::select! {
         r = work => r.map_err(failed)?,
-        _ = cancelled(job) => return Err(Stop::Cancelled),
+        _ = job.stopped() => return Err(Stop::Cancelled),
     };
     // The lancedb client's RefreshMaterializedViewResult.
     let result = json!({

@@ -54,42 +54,6 @@ pub struct BackfillSpec {
     pub manifest: Option<String>,
 }
 
-/// What a job does, as stored in its record. Untagged, so that records written before
-/// upkeep jobs existed (a bare backfill spec) still load; the two shapes share no required
-/// field (`column` vs `actions`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum JobSpec {
-    Backfill(BackfillSpec),
-    Optimize(super::optimize::OptimizeSpec),
-    Refresh(super::refresh::RefreshSpec),
-}
-
-impl JobSpec {
-    pub fn table_id(&self) -> &[String] {
-        match self {
-            JobSpec::Backfill(s) => &s.table_id,
-            JobSpec::Optimize(s) => &s.table_id,
-            JobSpec::Refresh(s) => &s.table_id,
-        }
-    }
-
-    pub fn branch(&self) -> Option<&str> {
-        match self {
-            JobSpec::Backfill(s) => s.branch.as_deref(),
-            JobSpec::Optimize(s) => s.branch.as_deref(),
-            JobSpec::Refresh(_) => None,
-        }
-    }
-
-    pub fn backfill(&self) -> Option<&BackfillSpec> {
-        match self {
-            JobSpec::Backfill(s) => Some(s),
-            JobSpec::Optimize(_) | JobSpec::Refresh(_) => None,
-        }
-    }
-}
-
 pub const DEFAULT_MIN_CHECKPOINT: usize = 64;
 pub const DEFAULT_MAX_CHECKPOINT: usize = 16_384;
 pub const DEFAULT_CHECKPOINT: usize = 1_024;

@@ -12,13 +12,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::state::Failure;
-use super::{Job, Stop};
 use crate::App;
 use crate::error::{ApiError, ApiResult};
+use crate::jobs::state::{Failure, JobRecord, JobState};
+use crate::jobs::{Job, JobKind, JobManager, JobSpec, Stop};
 use crate::store::{IndexAction, IndexHealth};
 
 pub const OPTIMIZE: &str = "optimize";
@@ -190,12 +192,124 @@ fn failed(phase: Phase, e: ApiError) -> Stop {
     })
 }
 
+/// The upkeep kind. Upkeep shares the cores with queries: at most `--upkeep-concurrency` of
+/// its jobs run at once on this node (the rest wait their turn).
+pub struct Optimize {
+    slots: Arc<tokio::sync::Semaphore>,
+}
+
+impl Optimize {
+    pub fn new(concurrency: usize) -> Self {
+        Self {
+            slots: Arc::new(tokio::sync::Semaphore::new(concurrency.max(1))),
+        }
+    }
+}
+
+impl JobKind for Optimize {
+    fn job_type(&self) -> &'static str {
+        OPTIMIZE
+    }
+
+    fn run(&self, app: Arc<App>, job: Arc<Job>) -> BoxFuture<'static, ()> {
+        run(app, job, self.slots.clone()).boxed()
+    }
+
+    fn progress(&self, _job: &Job, r: &JobRecord) -> Value {
+        let Ok(spec) = r.spec.typed::<OptimizeSpec>() else {
+            return json!({ "steps": r.steps });
+        };
+        let done = spec
+            .actions
+            .iter()
+            .filter(|p| r.steps.contains_key(p.name()))
+            .count();
+        let current = (!r.state.is_terminal())
+            .then(|| {
+                spec.actions
+                    .iter()
+                    .find(|p| !r.steps.contains_key(p.name()))
+            })
+            .flatten()
+            .map(|p| p.name());
+        json!({
+            "phases_done": done,
+            "phases_total": spec.actions.len(),
+            "phase": current,
+            "steps": r.steps,
+        })
+    }
+}
+
+/// Record an upkeep job and start it (it waits for an upkeep slot). One upkeep job per
+/// (table, branch) at a time: another is refused (409) while one is in progress.
+pub async fn submit(
+    app: &Arc<App>,
+    tenant: &str,
+    location: String,
+    spec: OptimizeSpec,
+) -> ApiResult<String> {
+    let by_policy = spec.trigger == "policy";
+    let branch = spec.branch.clone();
+    let stored = JobSpec::new(&spec)?;
+    let job_id = app
+        .jobs
+        .submit(app, OPTIMIZE, tenant, location.clone(), stored, |other| {
+            Some(format!(
+                "the table already has an upkeep job in progress (job {})",
+                other.job_id
+            ))
+        })
+        .await?;
+    if by_policy {
+        prune_policy_jobs(&app.jobs, &location, branch.as_deref());
+    }
+    Ok(job_id)
+}
+
+/// Upkeep the policy starts runs every few seconds on a busy table: of its finished jobs,
+/// only the newest `KEEP_POLICY_JOBS` per (table, branch) are kept (record and all), so
+/// their number stays bounded. Jobs started on request are kept like backfills.
+fn prune_policy_jobs(jobs: &JobManager, location: &str, branch: Option<&str>) {
+    const KEEP_POLICY_JOBS: usize = 16;
+    let mut finished: Vec<String> = jobs
+        .jobs_here()
+        .into_iter()
+        .filter(|r| {
+            r.state.is_terminal()
+                && r.job_type == OPTIMIZE
+                && r.location == location
+                && r.spec.branch() == branch
+                && r.spec.get("trigger").and_then(Value::as_str) == Some("policy")
+        })
+        .map(|r| r.job_id)
+        .collect();
+    // Ids start with the creation time: sorted, the oldest come first.
+    finished.sort();
+    let excess = finished.len().saturating_sub(KEEP_POLICY_JOBS);
+    jobs.remove_finished(&finished[..excess]);
+}
+
+/// Whether an upkeep job of this node is running the index phase on a table
+/// (index/list's `status`).
+pub fn indexing(jobs: &JobManager, location: &str, branch: Option<&str>) -> bool {
+    jobs.jobs_here().iter().any(|r| {
+        r.state == JobState::InProgress
+            && r.job_type == OPTIMIZE
+            && r.location == location
+            && r.spec.branch() == branch
+            && !r.steps.contains_key(Phase::Index.name())
+            && r.spec
+                .typed::<OptimizeSpec>()
+                .is_ok_and(|s| s.actions.contains(&Phase::Index))
+    })
+}
+
 /// Run a job to its end (also for jobs resumed at start-up).
-pub(super) async fn run(app: Arc<App>, job: Arc<Job>) {
-    // Upkeep shares the cores with queries: at most `--upkeep-concurrency` jobs run at once.
+async fn run(app: Arc<App>, job: Arc<Job>, slots: Arc<tokio::sync::Semaphore>) {
     let permit = tokio::select! {
-        p = app.jobs.upkeep_slots.clone().acquire_owned() => p.ok(),
-        _ = cancelled(&job) => None,
+        p = slots.acquire_owned() => p.ok(),
+        _ = job.stopped() => None,
     };
     let (a, j) = (app.clone(), job.clone());
     let outcome = job.run_caught(async move { drive(&a, &j).await }).await;
@@ -205,13 +319,13 @@ pub(super) async fn run(app: Arc<App>, job: Arc<Job>) {
 
 async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
     let record = job.snapshot();
-    let super::spec::JobSpec::Optimize(spec) = &record.spec else {
-        return Err(Stop::Failed(Failure {
+    let spec: OptimizeSpec = record.spec.typed().map_err(|e| {
+        Stop::Failed(Failure {
             phase: "run".into(),
-            message: "not an upkeep job".into(),
+            message: e.message,
             retryable: false,
-        }));
-    };
+        })
+    })?;
     for &phase in &spec.actions {
         if record.steps.contains_key(phase.name()) {
             continue;
@@ -226,11 +340,11 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
             {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
             }
-            run_phase(app, &record.location, spec, phase).await
+            run_phase(app, &record.location, &spec, phase).await
         };
         let result = tokio::select! {
             r = work => r.map_err(|e| failed(phase, e))?,
-            _ = cancelled(job) => return Err(Stop::Cancelled),
+            _ = job.stopped() => return Err(Stop::Cancelled),
         };
         job.update(|r| {
             r.steps.insert(phase.name().to_string(), result.clone());
@@ -239,15 +353,6 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
         .map_err(|e| failed(phase, e))?;
     }
     Ok(())
-}
-
-/// Resolves once the job is asked to stop. Dropping a phase's future mid-way is safe: lance
-/// makes nothing visible before its commit, and files written for a commit that never came
-/// are removed by a later cleanup.
-pub(super) async fn cancelled(job: &Job) {
-    while !job.cancelled() {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 async fn run_phase(

@@ -10,10 +10,11 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::JobManager;
-use super::spec::JobSpec;
-use super::state::JobDir;
+use super::BACKFILL;
+use super::spec::BackfillSpec;
 use crate::error::ApiResult;
+use crate::jobs::JobManager;
+use crate::jobs::state::JobDir;
 
 /// Rows recorded one by one per checkpoint file.
 pub const DETAIL_PER_FILE: usize = 100;
@@ -61,17 +62,24 @@ impl RowErrors {
     }
 }
 
-impl JobDir {
-    fn errors_dir(&self) -> String {
-        format!("{}/errors", self.prefix())
-    }
+/// Where a job's failure files live.
+fn errors_dir(dir: &JobDir) -> String {
+    format!("{}/errors", dir.prefix())
+}
 
+/// A backfill job's failure files, beside its checkpoints.
+pub(crate) trait RowErrorFiles {
+    async fn write_row_errors(&self, errors: &RowErrors) -> ApiResult<()>;
+    async fn row_errors(&self) -> ApiResult<Vec<RowErrors>>;
+}
+
+impl RowErrorFiles for JobDir {
     /// Record the failures of the checkpoint starting at `errors.start` (replacing what an
     /// earlier computation of the same rows wrote).
-    pub async fn write_row_errors(&self, errors: &RowErrors) -> ApiResult<()> {
+    async fn write_row_errors(&self, errors: &RowErrors) -> ApiResult<()> {
         let key = format!(
             "{}/f{}_{}.json",
-            self.errors_dir(),
+            errors_dir(self),
             errors.fragment,
             errors.start
         );
@@ -81,9 +89,9 @@ impl JobDir {
     }
 
     /// Every failure file of the job, by fragment and start row.
-    pub async fn row_errors(&self) -> ApiResult<Vec<RowErrors>> {
+    async fn row_errors(&self) -> ApiResult<Vec<RowErrors>> {
         let mut out = Vec::new();
-        for key in self.root().list(&self.errors_dir()).await? {
+        for key in self.root().list(&errors_dir(self)).await? {
             if let Some(found) = self.root().get(&key).await?
                 && let Ok(e) = serde_json::from_slice::<RowErrors>(&found.bytes)
             {
@@ -104,75 +112,74 @@ pub struct ErrorsQuery<'a> {
     pub limit: usize,
 }
 
-impl JobManager {
-    /// The recorded row failures of the tenant's backfills of one table, newest job first
-    /// (the lancedb client's `FunctionErrors`).
-    pub async fn row_errors(&self, tenant: &str, q: ErrorsQuery<'_>) -> ApiResult<Value> {
-        let mut jobs = Vec::new();
-        for id in self.job_ids().await? {
-            if q.job_id.is_some_and(|want| want != id) {
-                continue;
-            }
-            let Ok(Some(job)) = self.view(&id).await else {
-                continue;
-            };
-            let r = job.snapshot();
-            if let JobSpec::Backfill(s) = &r.spec
-                && r.tenant == tenant
-                && r.location == q.location
-                && s.branch.as_deref() == q.branch
-                && q.column.is_none_or(|c| s.column == c)
-            {
-                jobs.push((r.job_id.clone(), s.column.clone(), s.read_version));
-            }
+/// The recorded row failures of the tenant's backfills of one table, newest job first
+/// (the lancedb client's `FunctionErrors`).
+pub async fn list(manager: &JobManager, tenant: &str, q: ErrorsQuery<'_>) -> ApiResult<Value> {
+    let mut jobs = Vec::new();
+    for id in manager.job_ids().await? {
+        if q.job_id.is_some_and(|want| want != id) {
+            continue;
         }
-        // Ids start with the creation time: the newest sort last.
-        jobs.sort();
-        jobs.reverse();
-        let (mut records, mut fragments, mut truncated) = (Vec::new(), Vec::new(), false);
-        'jobs: for (job_id, column, table_version) in jobs {
-            let mut capped: std::collections::BTreeMap<u64, (u64, u64)> = Default::default();
-            // A range recomputed after a crash (with other checkpoint bounds) may have written
-            // a row's failure twice: each row is reported once.
-            let mut seen = std::collections::HashSet::new();
-            for mut file in self.dir(&job_id).row_errors().await? {
-                file.rows
-                    .retain(|r| seen.insert((file.fragment, r.row_offset)));
-                if file.rows_failed > file.rows.len() as u64 {
-                    let c = capped.entry(file.fragment).or_default();
-                    c.0 += file.rows_failed;
-                    c.1 += file.rows.len() as u64;
-                }
-                for row in &file.rows {
-                    if records.len() >= q.limit {
-                        truncated = true;
-                        break 'jobs;
-                    }
-                    records.push(json!({
-                        "job_id": job_id,
-                        "fragment_id": file.fragment,
-                        "row_offset": row.row_offset,
-                        "column": column,
-                        "function": file.function,
-                        "function_version": file.function_version,
-                        "table_version": table_version,
-                        "error_type": row.error_type,
-                        "error_message": row.error_message,
-                        "created_at_millis": file.created_at_millis,
-                    }));
-                }
+        let Ok(Some(job)) = manager.view(&id).await else {
+            continue;
+        };
+        let r = job.snapshot();
+        if r.job_type == BACKFILL
+            && let Ok(s) = r.spec.typed::<BackfillSpec>()
+            && r.tenant == tenant
+            && r.location == q.location
+            && s.branch.as_deref() == q.branch
+            && q.column.is_none_or(|c| s.column == c)
+        {
+            jobs.push((r.job_id.clone(), s.column.clone(), s.read_version));
+        }
+    }
+    // Ids start with the creation time: the newest sort last.
+    jobs.sort();
+    jobs.reverse();
+    let (mut records, mut fragments, mut truncated) = (Vec::new(), Vec::new(), false);
+    'jobs: for (job_id, column, table_version) in jobs {
+        let mut capped: std::collections::BTreeMap<u64, (u64, u64)> = Default::default();
+        // A range recomputed after a crash (with other checkpoint bounds) may have written
+        // a row's failure twice: each row is reported once.
+        let mut seen = std::collections::HashSet::new();
+        for mut file in manager.dir(&job_id).row_errors().await? {
+            file.rows
+                .retain(|r| seen.insert((file.fragment, r.row_offset)));
+            if file.rows_failed > file.rows.len() as u64 {
+                let c = capped.entry(file.fragment).or_default();
+                c.0 += file.rows_failed;
+                c.1 += file.rows.len() as u64;
             }
-            for (fragment, (skipped, recorded)) in capped {
-                fragments.push(json!({
+            for row in &file.rows {
+                if records.len() >= q.limit {
+                    truncated = true;
+                    break 'jobs;
+                }
+                records.push(json!({
                     "job_id": job_id,
-                    "fragment_id": fragment,
-                    "rows_skipped": skipped,
-                    "rows_recorded": recorded,
+                    "fragment_id": file.fragment,
+                    "row_offset": row.row_offset,
+                    "column": column,
+                    "function": file.function,
+                    "function_version": file.function_version,
+                    "table_version": table_version,
+                    "error_type": row.error_type,
+                    "error_message": row.error_message,
+                    "created_at_millis": file.created_at_millis,
                 }));
             }
         }
-        Ok(json!({ "records": records, "fragments": fragments, "truncated": truncated }))
+        for (fragment, (skipped, recorded)) in capped {
+            fragments.push(json!({
+                "job_id": job_id,
+                "fragment_id": fragment,
+                "rows_skipped": skipped,
+                "rows_recorded": recorded,
+            }));
+        }
     }
+    Ok(json!({ "records": records, "fragments": fragments, "truncated": truncated }))
 }
 
 #[cfg(test)]

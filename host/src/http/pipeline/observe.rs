@@ -15,8 +15,8 @@ use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
 use tracing::Span;
 
-use super::AppState;
 use crate::error::ApiError;
+use crate::http::AppState;
 use crate::metrics::{NO_TENANT, RequestLabels, RouteLabels};
 
 /// The tenant a request was served for, left on the answer by authentication for metrics.

@@ -13,14 +13,14 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use super::backfill::{Ctx, context, run_task};
-use super::events::JobEvent;
-use super::state::{Checkpoint, FragmentStatus, JobRecord, JobState, Plan, covered};
-use super::{Job, JobManager, Stop};
+use super::run::{Ctx, context, run_task};
 use crate::App;
+use crate::jobs::events::JobEvent;
+use crate::jobs::state::{Checkpoint, FragmentStatus, JobRecord, JobState, Plan, covered};
+use crate::jobs::{Job, JobManager, Stop};
 use crate::root::Lease;
 
 /// A range of a fragment's physical rows. `end` is where the task ends in the plan (a
@@ -72,19 +72,19 @@ pub(super) fn open_tasks(
 
 /// How long a task claim lasts: long enough for a slow task (it is not renewed).
 fn claim_ttl(jobs: &JobManager) -> Duration {
-    (jobs.lease_ttl * 4).max(Duration::from_secs(60))
+    (jobs.lease_ttl() * 4).max(Duration::from_secs(60))
 }
 
 /// Compute `task` if this node can claim it: `Ok(false)` when another node holds it.
 pub(super) async fn run_claimed(ctx: &Arc<Ctx>, task: Task) -> Result<bool, Stop> {
     let jobs = &ctx.app.jobs;
-    let key = ctx.job.dir.task_key(task.fragment, task.end);
-    let Some(claim) = Lease::try_acquire(&jobs.root, &key, &jobs.node, claim_ttl(jobs)).await?
+    let key = ctx.job.dir().task_key(task.fragment, task.end);
+    let Some(claim) = Lease::try_acquire(jobs.root(), &key, jobs.node(), claim_ttl(jobs)).await?
     else {
         return Ok(false);
     };
     let outcome = run_task(ctx, task).await;
-    claim.release(&jobs.root).await;
+    claim.release(jobs.root()).await;
     outcome.map(|()| true)
 }
 
@@ -94,7 +94,7 @@ pub(super) async fn settle_deferred(
     ctx: &Arc<Ctx>,
     deferred: &mut Vec<Task>,
 ) -> Result<Vec<u64>, Stop> {
-    let ckpts = ctx.job.dir.checkpoints().await?;
+    let ckpts = ctx.job.dir().checkpoints().await?;
     let mut done = Vec::new();
     let mut waiting = Vec::new();
     for task in deferred.drain(..) {
@@ -110,34 +110,33 @@ pub(super) async fn settle_deferred(
     Ok(done)
 }
 
-/// Whether this node may start helping another node's job now (`--job-helper-tasks`).
-pub(super) fn may_help(jobs: &JobManager, record: &JobRecord) -> bool {
+/// Whether another node's job is one this node could help with now (the helper budget,
+/// `--job-helper-tasks`, is the kind's to check).
+pub(super) fn may_help(record: &JobRecord) -> bool {
     record.state == JobState::InProgress
         && record.plan.is_some()
-        && record.spec.backfill().is_some()
         && !record.cancel_requested
         && !record.pause_requested
-        && jobs.helping.load(Ordering::Relaxed) < jobs.helper_tasks
 }
 
 /// Help with `record`'s job (another node runs it): claim and compute its open tasks one at
-/// a time, until none is left unclaimed or the job stops.
-pub(super) fn help(app: &Arc<App>, record: JobRecord) {
+/// a time, until none is left unclaimed or the job stops. `helping` counts this node's helpers.
+pub(super) fn help(app: &Arc<App>, record: JobRecord, helping: Arc<AtomicUsize>) {
     let app = app.clone();
-    app.jobs.helping.fetch_add(1, Ordering::Relaxed);
+    helping.fetch_add(1, Ordering::Relaxed);
     tokio::spawn(async move {
         let job_id = record.job_id.clone();
         if let Err(e) = help_with(&app, record).await {
             tracing::warn!(job_id, error = %e.message(), "stopped helping a job");
         }
-        app.jobs.helping.fetch_sub(1, Ordering::Relaxed);
+        helping.fetch_sub(1, Ordering::Relaxed);
     });
 }
 
 async fn help_with(app: &Arc<App>, record: JobRecord) -> Result<(), Stop> {
-    let job = Arc::new(Job::new(app.jobs.dir(&record.job_id), record));
+    let job = app.jobs.detached(record);
     let ctx = context(app, &job).await?;
-    let node = app.jobs.node.clone();
+    let node = app.jobs.node().to_string();
     // A cancel, a pause or the job's end stops the task in hand too (the record is read
     // every second, as the owner reads it), so no checkpoint lands after the job is over.
     let watcher = tokio::spawn({
@@ -145,10 +144,10 @@ async fn help_with(app: &Arc<App>, record: JobRecord) -> Result<(), Stop> {
         async move {
             loop {
                 tokio::time::sleep(Duration::from_secs(1)).await;
-                if let Ok(r) = job.dir.load().await
+                if let Ok(r) = job.dir().load().await
                     && (r.cancel_requested || r.pause_requested || r.state != JobState::InProgress)
                 {
-                    job.cancel.store(true, Ordering::Relaxed);
+                    job.request_stop();
                     return;
                 }
             }
@@ -163,16 +162,16 @@ async fn help_tasks(ctx: &Arc<Ctx>, job: &Arc<Job>, node: &str) -> Result<(), St
     let app = &ctx.app;
     loop {
         // The record as it is now: the job may have ended, been paused or cancelled.
-        let fresh = job.dir.load().await?;
+        let fresh = job.dir().load().await?;
         let Some(plan) = fresh.plan.as_ref().filter(|_| {
             fresh.state == JobState::InProgress
                 && !fresh.cancel_requested
                 && !fresh.pause_requested
-                && !app.jobs.closing.load(Ordering::Relaxed)
+                && !app.jobs.is_closing()
         }) else {
             return Ok(());
         };
-        let ckpts = job.dir.checkpoints().await?;
+        let ckpts = job.dir().checkpoints().await?;
         let (tasks, ..) = open_tasks(plan, &ckpts);
         let mut helped = None;
         for task in tasks {
@@ -196,14 +195,5 @@ async fn help_tasks(ctx: &Arc<Ctx>, job: &Arc<Job>, node: &str) -> Result<(), St
             )
         })
         .await?;
-    }
-}
-
-impl Stop {
-    fn message(&self) -> String {
-        match self {
-            Stop::Cancelled => "cancelled".into(),
-            Stop::Failed(f) => f.message.clone(),
-        }
     }
 }

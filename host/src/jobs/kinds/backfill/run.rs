@@ -21,14 +21,17 @@ use arrow_select::interleave::interleave;
 use futures::{StreamExt, TryStreamExt};
 use serde_json::json;
 
-use super::events::JobEvent;
 use super::helper::{self, Task, open_tasks};
-use super::row_errors::RowErrors;
+use super::read_at;
+use super::row_errors::{RowErrorFiles, RowErrors};
 use super::spec::BackfillSpec;
-use super::state::{Checkpoint, Failure, FragmentPlan, FragmentStatus, Plan, covered};
-use super::{Job, Stop, read_at};
 use crate::App;
 use crate::error::{ApiError, ApiResult};
+use crate::jobs::events::JobEvent;
+use crate::jobs::state::{
+    Checkpoint, Failure, FragmentPlan, FragmentStatus, JobRecord, Plan, covered,
+};
+use crate::jobs::{Job, Stop};
 use crate::store::{BackfillSource, StagedFile};
 use crate::virtual_columns::ColumnUdf;
 
@@ -91,15 +94,15 @@ pub(super) async fn run(app: Arc<App>, job: Arc<Job>) {
     let outcome = job.run_caught(async move { drive(&a, &j).await }).await;
     job.finish(outcome, result_of).await;
     // A paused job keeps its checkpoints for its resumption.
-    if !job.lost.load(Ordering::Relaxed)
+    if !job.is_lost()
         && job.snapshot().state.is_terminal()
-        && let Err(e) = job.dir.remove_all_checkpoints().await
+        && let Err(e) = job.dir().remove_all_checkpoints().await
     {
         tracing::warn!(error = %e, "cannot remove a finished job's checkpoints");
     }
 }
 
-fn result_of(r: &super::state::JobRecord) -> serde_json::Value {
+fn result_of(r: &JobRecord) -> serde_json::Value {
     let frags = r
         .plan
         .as_ref()
@@ -125,7 +128,10 @@ fn result_of(r: &super::state::JobRecord) -> serde_json::Value {
         }
     }
     let skipped_rows: u64 = skipped.iter().filter_map(|s| s["rows"].as_u64()).sum();
-    let read_version = r.spec.backfill().map(|s| s.read_version);
+    let read_version = r
+        .spec
+        .get("read_version")
+        .and_then(serde_json::Value::as_u64);
     json!({
         "rows_written": rows_written,
         "rows_nulled": rows_nulled,
@@ -173,9 +179,10 @@ impl Ctx {
 /// The run's context: the job's inputs prepared on this node (see [`prepare`]).
 pub(super) async fn context(app: &Arc<App>, job: &Arc<Job>) -> Result<Arc<Ctx>, Stop> {
     let record = job.snapshot();
-    let Some(spec) = record.spec.backfill().cloned() else {
-        return Err(failed("prepare", "not a backfill job"));
-    };
+    let spec: BackfillSpec = record
+        .spec
+        .typed()
+        .map_err(|e| failed("prepare", e.message))?;
     let (source, udf) = prepare(app, &record.location, &spec)
         .await
         .map_err(|e| failed("prepare", e.message))?;
@@ -204,7 +211,7 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
         job.update(|r| r.plan = Some(plan.clone())).await?;
     }
     let plan = job.snapshot().plan.expect("planned above");
-    let ckpts = job.dir.checkpoints().await?;
+    let ckpts = job.dir().checkpoints().await?;
 
     // Progress so far, from what is durable.
     let mut done = 0;
@@ -225,8 +232,8 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
             FragmentStatus::Skipped { .. } | FragmentStatus::Unselected => {}
         }
     }
-    job.progress.rows_done.store(done, Ordering::Relaxed);
-    job.progress.rows_nulled.store(nulled, Ordering::Relaxed);
+    job.progress().rows_done.store(done, Ordering::Relaxed);
+    job.progress().rows_nulled.store(nulled, Ordering::Relaxed);
 
     // Fragments staged before a restart: committed already, or still to commit. Commits are
     // made one at a time and recorded before the next, so at most one commit (of one group)
@@ -262,7 +269,7 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
         })
         .await?;
         for (id, ..) in &landed {
-            job.dir.remove_checkpoints(*id).await?;
+            job.dir().remove_checkpoints(*id).await?;
         }
     }
 
@@ -375,7 +382,7 @@ async fn plan(ctx: &Ctx) -> ApiResult<Plan> {
 }
 
 /// Set a fragment's status, and log what it means in the job's events.
-fn set_status(r: &mut super::state::JobRecord, id: u64, status: FragmentStatus) {
+fn set_status(r: &mut JobRecord, id: u64, status: FragmentStatus) {
     let node = r.owner.clone().unwrap_or_default();
     let Some(f) = r
         .plan
@@ -475,11 +482,11 @@ pub(super) async fn run_task(ctx: &Arc<Ctx>, task: Task) -> Result<(), Stop> {
             (vec![merged], nulled)
         };
         ctx.job
-            .progress
+            .progress()
             .rows_done
             .fetch_add(picked.len() as u64, Ordering::Relaxed);
         ctx.job
-            .progress
+            .progress()
             .rows_nulled
             .fetch_add(nulled, Ordering::Relaxed);
         pending.end = sb.start + sb.batch.num_rows() as u64;
@@ -607,12 +614,12 @@ async fn flush(
         // Before the checkpoint: rows checkpointed always have their failures recorded.
         errors.start = pending.start;
         errors.created_at_millis = chrono::Utc::now().timestamp_millis();
-        ctx.job.dir.write_row_errors(errors).await?;
+        ctx.job.dir().write_row_errors(errors).await?;
         errors.rows.clear();
         errors.rows_failed = 0;
     }
     let values = std::mem::take(buffer);
-    let (dir, ckpt, field) = (ctx.job.dir.clone(), *pending, ctx.field.clone());
+    let (dir, ckpt, field) = (ctx.job.dir().clone(), *pending, ctx.field.clone());
     dir.write_checkpoint(&ckpt, &field, values).await?;
     *pending = Checkpoint {
         fragment: pending.fragment,
@@ -633,7 +640,12 @@ async fn stage(ctx: &Arc<Ctx>, id: u64) -> Result<(), Stop> {
         .and_then(|p| p.fragments.iter().find(|f| f.id == id))
         .cloned()
         .ok_or_else(|| failed("stage", format!("fragment {id} is not in the plan")))?;
-    let (chain, end) = covered(&ctx.job.dir.checkpoints().await?, id, 0, frag.physical_rows);
+    let (chain, end) = covered(
+        &ctx.job.dir().checkpoints().await?,
+        id,
+        0,
+        frag.physical_rows,
+    );
     if end != frag.physical_rows {
         return Err(failed(
             "stage",
@@ -644,7 +656,7 @@ async fn stage(ctx: &Arc<Ctx>, id: u64) -> Result<(), Stop> {
         ));
     }
     let nulled = chain.iter().map(|c| c.nulled).sum();
-    let dir = ctx.job.dir.clone();
+    let dir = ctx.job.dir().clone();
     let batches = futures::stream::iter(chain)
         .then(move |c| {
             let dir = dir.clone();
@@ -721,7 +733,7 @@ async fn commit(ctx: &Arc<Ctx>, group: &[u64]) -> Result<(), Stop> {
                 })
                 .await?;
             for (id, ..) in &files {
-                ctx.job.dir.remove_checkpoints(*id).await?;
+                ctx.job.dir().remove_checkpoints(*id).await?;
             }
             Ok(())
         }
@@ -735,7 +747,7 @@ async fn commit(ctx: &Arc<Ctx>, group: &[u64]) -> Result<(), Stop> {
         Err(e) if e.status.as_u16() == 409 => {
             let (id, _, nulled) = files[0];
             tracing::warn!(fragment = id, error = %e.message, "backfill skips a fragment changed concurrently");
-            ctx.job.progress.rows_done.fetch_sub(
+            ctx.job.progress().rows_done.fetch_sub(
                 record
                     .plan
                     .as_ref()
@@ -744,7 +756,7 @@ async fn commit(ctx: &Arc<Ctx>, group: &[u64]) -> Result<(), Stop> {
                 Ordering::Relaxed,
             );
             ctx.job
-                .progress
+                .progress()
                 .rows_nulled
                 .fetch_sub(nulled, Ordering::Relaxed);
             ctx.job
@@ -758,7 +770,7 @@ async fn commit(ctx: &Arc<Ctx>, group: &[u64]) -> Result<(), Stop> {
                     )
                 })
                 .await?;
-            ctx.job.dir.remove_checkpoints(id).await?;
+            ctx.job.dir().remove_checkpoints(id).await?;
             Ok(())
         }
         Err(e) => Err(failed("commit", e.message)),

@@ -20,9 +20,10 @@ use futures::StreamExt;
 use lance_namespace::ErrorCode;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::AppState;
 use super::auth::Caller;
+use super::body::BodyMemoryExhausted;
 use crate::error::ApiError;
+use crate::http::AppState;
 
 /// Body memory is reserved in units of this many bytes.
 const UNIT: usize = 1024;
@@ -52,18 +53,6 @@ pub struct Bounds {
     pub max_running: usize,
     pub tenant_max_running: usize,
 }
-
-/// A request body could not be received because the server's body memory is in use.
-#[derive(Debug)]
-pub struct BodyMemoryExhausted;
-
-impl std::fmt::Display for BodyMemoryExhausted {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the server is receiving too much request data at once; slow down")
-    }
-}
-
-impl std::error::Error for BodyMemoryExhausted {}
 
 pub fn slow_down(message: impl Into<String>) -> Response {
     let mut response = ApiError::new(ErrorCode::ServiceUnavailable, message).into_response();

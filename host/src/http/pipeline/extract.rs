@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
 use super::auth::Caller;
+use super::body::bytes_error;
 use crate::catalog::Catalog;
 use crate::error::{ApiError, ApiResult};
 
@@ -132,42 +133,6 @@ impl<S: Send + Sync> FromRequestParts<S> for Target {
             caller,
         })
     }
-}
-
-/// Why a request body could not be received, as the answer a client should get: the
-/// server's body memory in use (503, retry), a stalled sender (408), a body over the limit
-/// (413), anything else (400).
-pub fn body_error(err: &(dyn std::error::Error + 'static)) -> ApiError {
-    use axum::http::StatusCode;
-    let mut cause = Some(err);
-    while let Some(e) = cause {
-        if e.is::<super::overload::BodyMemoryExhausted>() {
-            return ApiError::new(
-                lance_namespace::ErrorCode::ServiceUnavailable,
-                e.to_string(),
-            );
-        }
-        if e.is::<tower_http::timeout::TimeoutError>() {
-            return ApiError::invalid("the request body stalled and timed out")
-                .with_status(StatusCode::REQUEST_TIMEOUT);
-        }
-        if e.is::<http_body_util::LengthLimitError>() {
-            return ApiError::invalid("request body exceeds the server's limit")
-                .with_status(StatusCode::PAYLOAD_TOO_LARGE);
-        }
-        cause = e.source();
-    }
-    ApiError::invalid(format!("unreadable request body: {err}"))
-}
-
-/// [`body_error`] for the `Bytes` extractor, whose rejection knows an over-limit body (its
-/// cause chain does not reach the limit error).
-pub fn bytes_error(e: axum::extract::rejection::BytesRejection) -> ApiError {
-    if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-        return ApiError::invalid("request body exceeds the server's limit")
-            .with_status(e.status());
-    }
-    body_error(&e)
 }
 
 /// JSON body; empty (or `null`) means `{}`. Malformed JSON is a 400 in the spec's shape.

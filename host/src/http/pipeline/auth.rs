@@ -18,10 +18,10 @@ use axum::response::{IntoResponse, Response};
 use lance_namespace::ErrorCode;
 use serde_json::Value;
 
-use super::AppState;
 use crate::auth::{Grant, Role};
 use crate::catalog::Catalog;
 use crate::error::{ApiError, ApiResult};
+use crate::http::AppState;
 
 /// The authenticated caller of a request: whose it is, what it may do, and where its tables are.
 #[derive(Clone)]
@@ -107,7 +107,7 @@ pub async fn authenticate(State(app): State<AppState>, request: Request, next: N
             let mut response = next.run(request).await;
             response
                 .extensions_mut()
-                .insert(super::ServedTenant(tenant));
+                .insert(super::observe::ServedTenant(tenant));
             response
         }
         Err(err) => err.into_response(),
@@ -196,7 +196,7 @@ async fn body_identity(request: Request) -> ApiResult<(Request, Option<Value>)> 
     let (parts, body) = request.into_parts();
     let bytes = to_bytes(body, MAX_IDENTITY_BODY)
         .await
-        .map_err(|e| super::extract::body_error(&e))?;
+        .map_err(|e| super::body::body_error(&e))?;
     let identity = serde_json::from_slice::<Value>(&bytes)
         .ok()
         .and_then(|mut v| v.get_mut("identity").map(Value::take))

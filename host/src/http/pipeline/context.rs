@@ -108,7 +108,7 @@ async fn request_headers_from_context(request: Request) -> Result<Request, Box<R
     let (mut parts, body) = request.into_parts();
     let bytes = to_bytes(body, MAX_JSON)
         .await
-        .map_err(|e| Box::new(plain(super::extract::body_error(&e))))?;
+        .map_err(|e| Box::new(plain(super::body::body_error(&e))))?;
     if let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(&bytes)
         && let Some(Value::Object(ctx)) = map.get("context")
     {

@@ -1,0 +1,137 @@
+//! Column backfills (`job_type: "backfill"`): a virtual column's values computed by its UDF
+//! and written into the table, checkpointed and resumable (`run`), shared task by task with
+//! other nodes (`helper`), with the rows its UDF failed on recorded (`row_errors`).
+
+mod helper;
+pub mod row_errors;
+mod run;
+pub mod spec;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+
+use crate::App;
+use crate::error::ApiResult;
+use crate::jobs::state::{FragmentStatus, JobRecord};
+use crate::jobs::{Job, JobKind, JobSpec};
+use crate::store::At;
+pub use spec::{BackfillOptions, BackfillSpec};
+
+pub const BACKFILL: &str = "backfill";
+
+/// The backfill kind, with this node's share of other nodes' backfills.
+pub struct Backfill {
+    /// Tasks of other nodes' backfills this node computes at once, at most (`helper`).
+    helper_tasks: usize,
+    helping: Arc<AtomicUsize>,
+}
+
+impl Backfill {
+    pub fn new(helper_tasks: usize) -> Self {
+        Self {
+            helper_tasks,
+            helping: Default::default(),
+        }
+    }
+}
+
+impl JobKind for Backfill {
+    fn job_type(&self) -> &'static str {
+        BACKFILL
+    }
+
+    fn run(&self, app: Arc<App>, job: Arc<Job>) -> BoxFuture<'static, ()> {
+        run::run(app, job).boxed()
+    }
+
+    fn progress(&self, job: &Job, r: &JobRecord) -> Value {
+        let (rows_total, fragments_total, fragments_done) = match &r.plan {
+            Some(p) => (
+                p.fragments.iter().map(|f| f.selected_rows).sum::<u64>(),
+                p.fragments.len() as u64,
+                p.fragments
+                    .iter()
+                    .filter(|f| {
+                        !matches!(
+                            f.status,
+                            FragmentStatus::Pending | FragmentStatus::Staged { .. }
+                        )
+                    })
+                    .count() as u64,
+            ),
+            None => (0, 0, 0),
+        };
+        // A node that does not run the job has no live counter: what is durable.
+        let durable_rows: u64 = r
+            .plan
+            .iter()
+            .flat_map(|p| &p.fragments)
+            .filter(|f| {
+                matches!(
+                    f.status,
+                    FragmentStatus::Staged { .. } | FragmentStatus::Committed { .. }
+                )
+            })
+            .map(|f| f.selected_rows)
+            .sum();
+        let live = job.progress();
+        json!({
+            "rows_done": live.rows_done.load(Ordering::Relaxed).max(durable_rows),
+            "rows_total": rows_total,
+            "rows_nulled": live.rows_nulled.load(Ordering::Relaxed),
+            "fragments_done": fragments_done,
+            "fragments_total": fragments_total,
+            "commits": r.commits,
+            "planned": r.plan.is_some(),
+        })
+    }
+
+    fn help_elsewhere(&self, app: &Arc<App>, record: &JobRecord) {
+        if helper::may_help(record)
+            && self.helping.load(Ordering::Relaxed) < self.helper_tasks
+            && !app.jobs.is_closing()
+        {
+            helper::help(app, record.clone(), self.helping.clone());
+        }
+    }
+}
+
+/// Validate a backfill request completely, record the job and start it. Answers once the
+/// job is durable; the work happens in the background. One backfill per column at a time.
+pub async fn submit(
+    app: &Arc<App>,
+    tenant: &str,
+    table_id: Vec<String>,
+    location: String,
+    branch: Option<String>,
+    options: BackfillOptions,
+) -> ApiResult<String> {
+    let latest = app.store.latest(&location, branch.as_deref()).await?;
+    let spec = options.check(table_id, branch, latest.version().version)?;
+    crate::field_path::parse(&spec.column)?;
+    run::prepare(app, &location, &spec).await?;
+    let column = spec.column.clone();
+    let stored = JobSpec::new(&spec)?;
+    app.jobs
+        .submit(app, BACKFILL, tenant, location, stored, |other| {
+            (other.spec.get("column").and_then(Value::as_str) == Some(column.as_str())).then(|| {
+                format!(
+                    "column '{column}' already has a backfill in progress (job {})",
+                    other.job_id
+                )
+            })
+        })
+        .await
+}
+
+/// Where a job reads: its branch at its pinned version.
+fn read_at(spec: &BackfillSpec) -> At {
+    At {
+        branch: spec.branch.clone(),
+        version: Some(spec.read_version),
+    }
+}
