@@ -125,6 +125,20 @@ fn classify_message(msg: &str) -> Option<ErrorCode> {
         "Arithmetic overflow",
         "Overflow happened on",
         "string size overflow",
+        // Types that do not fit the caller's expression (DataFusion reports some of these as
+        // internal errors, but they come from the expression, not from the server).
+        "Failed to coerce types",
+        "data type mismatch",
+        "Can not run arithmetic negative on scalar value",
+        "Cannot access field at argument",
+        "coercion failed",
+        "requires an even number of arguments",
+        "named_struct requires",
+        "got invalid index",
+        "Field name must be a non-empty string",
+        "Unsupported data type",
+        "unsupported data type",
+        "does not support type",
     ];
     if MISSING.iter().any(|m| msg.contains(m)) {
         return Some(ErrorCode::TableColumnNotFound);

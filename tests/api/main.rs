@@ -26,6 +26,7 @@ mod namespaces;
 mod object_store;
 mod openapi;
 mod operability;
+mod predicate_fuzz;
 mod protocol;
 mod query;
 mod s3;

@@ -124,9 +124,11 @@ fn parse_columns(v: &Value) -> ApiResult<Option<Projection>> {
             })?
             .iter()
             .map(|(k, e)| {
-                e.as_str()
-                    .map(|e| (k.clone(), e.to_string()))
-                    .ok_or_else(|| ApiError::invalid("column expressions must be strings"))
+                let e = e
+                    .as_str()
+                    .ok_or_else(|| ApiError::invalid("column expressions must be strings"))?;
+                crate::sql_guard::check(e, &format!("columns[{k}]"))?;
+                Ok((k.clone(), e.to_string()))
             })
             .collect()
     };
@@ -258,7 +260,7 @@ impl schemars::JsonSchema for PlanBody {
 #[allow(dead_code)]
 pub struct QueryFields {
     #[schemars(flatten)]
-    common: super::extract::Common,
+    common: super::pipeline::extract::Common,
     /// Table version to read (default: the latest).
     #[schemars(range(min = 0))]
     version: Option<i64>,

@@ -43,7 +43,7 @@ pub type TableName = Vec<String>;
 pub fn tables_read(sql: &str) -> ApiResult<Vec<TableName>> {
     use lance::deps::datafusion::prelude::SessionContext;
     use lance::deps::datafusion::sql::parser::Statement;
-    crate::sql_guard::check(sql, "query")?;
+    crate::sql_guard::check_depth(sql, "query")?;
     let state = SessionContext::new().state();
     let statement = state
         .sql_to_statement(sql, &datafusion_common::config::Dialect::Generic)

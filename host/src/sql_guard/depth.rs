@@ -1,5 +1,5 @@
 //! A bound on how deeply nested a client's SQL text may be, checked before any parser or
-//! planner sees it.
+//! planner sees it (recursive parsers included: so it must come first).
 //!
 //! The SQL engines under Lancet (sqlparser, DataFusion's planner and optimizer, lance's
 //! expression handling) walk expression trees recursively. A chain like `a + a + ... + a`
