@@ -7,6 +7,9 @@ root="$(cd "$here/../.." && pwd)"
 venv="${LANCET_VENV:-$HOME/.cache/lancet-venv}"
 bash "$root/scripts/venv.sh"
 target="${CARGO_TARGET_DIR:-$HOME/.cache/lancet-target}"
-(cd "$root" && cargo build -q --bin lancet)
-export LANCET_BIN="$target/debug/lancet"
+# scripts/test.sh hands over the binary its Rust tests built; run alone, this builds one.
+if [ -z "${LANCET_BIN:-}" ] || [ ! -x "$LANCET_BIN" ]; then
+  (cd "$root" && cargo build -q --bin lancet)
+  export LANCET_BIN="$target/debug/lancet"
+fi
 exec "$venv/bin/pytest" -q "$here"
