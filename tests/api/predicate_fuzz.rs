@@ -10,6 +10,9 @@ use crate::common::*;
 #[path = "../../host/src/sql_guard/grammar.rs"]
 mod grammar;
 
+/// A route and the body it gets for one predicate.
+type Route = (&'static str, fn(&str) -> Value);
+
 /// How many predicates each route gets (a debug server plans one in a few milliseconds).
 const PER_ROUTE: usize = 300;
 
@@ -19,7 +22,7 @@ async fn generated_predicates_never_answer_5xx() {
     let batch = grammar::table_batch(grammar::table_schema());
     let (st, v) = s.post_arrow("/v1/table/fz/create", &batch).await;
     assert_eq!(st, 200, "{v}");
-    let routes: [(&str, fn(&str) -> Value); 6] = [
+    let routes: [Route; 6] = [
         ("count_rows", |p| json!({ "predicate": p })),
         ("query", |p| json!({ "filter": p, "k": 10 })),
         ("query", |p| json!({ "columns": { "x": p }, "k": 10 })),

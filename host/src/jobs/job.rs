@@ -58,6 +58,19 @@ pub enum Stop {
 }
 
 impl Stop {
+    /// A failure in `phase` from `e`; worth retrying when a commit lost a race or the store
+    /// was busy (the next attempt may well succeed).
+    pub fn failed(phase: &str, e: ApiError) -> Stop {
+        Stop::Failed(state::Failure {
+            phase: phase.to_string(),
+            retryable: matches!(
+                e.code,
+                ErrorCode::ConcurrentModification | ErrorCode::ServiceUnavailable
+            ),
+            message: e.message,
+        })
+    }
+
     pub fn message(&self) -> String {
         match self {
             Stop::Cancelled => "cancelled".into(),

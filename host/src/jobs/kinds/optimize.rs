@@ -180,16 +180,7 @@ pub fn index_action(
 }
 
 fn failed(phase: Phase, e: ApiError) -> Stop {
-    Stop::Failed(Failure {
-        phase: phase.name().to_string(),
-        // A lost commit race or a busy store: the next attempt may well succeed.
-        retryable: matches!(
-            e.code,
-            lance_namespace::ErrorCode::ConcurrentModification
-                | lance_namespace::ErrorCode::ServiceUnavailable
-        ),
-        message: e.message,
-    })
+    Stop::failed(phase.name(), e)
 }
 
 /// The upkeep kind. Upkeep shares the cores with queries: at most `--upkeep-concurrency` of

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::App;
 use crate::error::{ApiError, ApiResult};
-use crate::jobs::state::{Failure, JobRecord};
+use crate::jobs::state::JobRecord;
 use crate::jobs::{Job, JobKind, JobSpec, Stop};
 use crate::views::SOURCE_VERSION_KEY;
 use crate::views::definition::Definition;
@@ -81,15 +81,7 @@ async fn run(app: Arc<App>, job: Arc<Job>) {
 }
 
 fn failed(e: ApiError) -> Stop {
-    Stop::Failed(Failure {
-        phase: STEP.to_string(),
-        retryable: matches!(
-            e.code,
-            lance_namespace::ErrorCode::ConcurrentModification
-                | lance_namespace::ErrorCode::ServiceUnavailable
-        ),
-        message: e.message,
-    })
+    Stop::failed(STEP, e)
 }
 
 async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
