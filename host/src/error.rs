@@ -136,8 +136,11 @@ fn classify_message(msg: &str) -> Option<ErrorCode> {
         "named_struct requires",
         "got invalid index",
         "Field name must be a non-empty string",
-        "Unsupported data type",
-        "unsupported data type",
+        // A function given an argument type it has no signature for ("Unsupported data type
+        // Boolean for function to_timestamp", "to_timestamp function unsupported data type at
+        // index 1"): not the bare phrase, which lance also uses for files it cannot read.
+        " for function ",
+        "function unsupported data type",
         "does not support type",
     ];
     if MISSING.iter().any(|m| msg.contains(m)) {
