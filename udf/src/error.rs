@@ -56,6 +56,10 @@ pub enum UdfError {
     BadOutput { udf: String, reason: String },
     #[error("UDF {udf} failed: {message}")]
     Guest { udf: String, message: String },
+    #[error("Python UDF rejected: {0}")]
+    PythonSource(String),
+    #[error("Python UDFs are not available on this server: {0}")]
+    PythonUnavailable(String),
     #[error("bad UDF input: {0}")]
     BadInput(String),
     #[error("UDF runtime is at capacity: {0}")]
@@ -88,6 +92,8 @@ impl UdfError {
                 | Self::MissingExport { .. }
                 | Self::AbiMismatch { .. }
                 | Self::Init { .. }
+                | Self::PythonSource(_)
+                | Self::PythonUnavailable(_)
         )
     }
 

@@ -24,9 +24,23 @@ pub(crate) struct HostState {
     pub(crate) log_lines_left: u32,
 }
 
-struct MemoryLimiter {
-    cap: usize,
-    hit: bool,
+/// Caps a store's linear memories; records whether the cap is what stopped the guest.
+pub(crate) struct MemoryLimiter {
+    pub(crate) cap: usize,
+    pub(crate) hit: bool,
+    /// Core instances, tables and memories a store may hold: 1 for a module, more for a
+    /// component (CPython's component links several core modules).
+    pub(crate) objects: usize,
+}
+
+impl MemoryLimiter {
+    pub(crate) fn new(cap: usize, objects: usize) -> Self {
+        Self {
+            cap,
+            hit: false,
+            objects,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -66,15 +80,15 @@ impl ResourceLimiter for MemoryLimiter {
     }
 
     fn instances(&self) -> usize {
-        1
+        self.objects
     }
 
     fn tables(&self) -> usize {
-        1
+        self.objects
     }
 
     fn memories(&self) -> usize {
-        1
+        self.objects
     }
 }
 
@@ -131,10 +145,7 @@ impl GuestInstance {
         udf: &str,
     ) -> Result<Self, UdfError> {
         let state = HostState {
-            limiter: MemoryLimiter {
-                cap: limits.max_memory_bytes,
-                hit: false,
-            },
+            limiter: MemoryLimiter::new(limits.max_memory_bytes, 1),
             last_log: None,
             log_lines_left: LOG_LINES_PER_CALL,
         };
@@ -294,7 +305,8 @@ impl GuestInstance {
 
     /// Classifies a failed guest call: which limit it hit, or which trap it raised.
     fn call_error(&mut self, err: wasmtime::Error, udf: &str, limits: &Limits) -> UdfError {
-        classify(err, self.store.data_mut(), udf, limits)
+        let state = self.store.data_mut();
+        classify(err, &state.limiter, state.last_log.take(), udf, limits)
     }
 }
 
@@ -349,12 +361,20 @@ fn instantiate_error(
     }) {
         return UdfError::Busy(format!("no free instance slot for {udf}: {err}"));
     }
-    classify(err, store.data_mut(), udf, limits)
+    let state = store.data_mut();
+    classify(err, &state.limiter, state.last_log.take(), udf, limits)
 }
 
-fn classify(err: wasmtime::Error, state: &mut HostState, udf: &str, limits: &Limits) -> UdfError {
+/// Which limit a failed call hit, or which trap it raised.
+pub(crate) fn classify(
+    err: wasmtime::Error,
+    limiter: &MemoryLimiter,
+    last_log: Option<String>,
+    udf: &str,
+    limits: &Limits,
+) -> UdfError {
     let udf = udf.to_string();
-    if state.limiter.hit {
+    if limiter.hit {
         return UdfError::MemoryLimit {
             udf,
             limit: limits.max_memory_bytes,
@@ -371,7 +391,7 @@ fn classify(err: wasmtime::Error, state: &mut HostState, udf: &str, limits: &Lim
         },
         Some(trap) => {
             let mut message = trap.to_string();
-            if let Some(line) = state.last_log.take() {
+            if let Some(line) = last_log {
                 message.push_str(&format!(" (guest's last log line: {line})"));
             }
             UdfError::Trap { udf, message }

@@ -22,6 +22,7 @@ mod module_cache;
 mod module_check;
 mod package;
 mod pool;
+mod python;
 mod result_reader;
 mod runtime;
 
@@ -33,4 +34,8 @@ pub use manifest::{
     ABI_NAME, ABI_VERSION, MAX_MODULE_BYTES, Manifest, OLDEST_ABI_VERSION, OnError, sha256_hex,
 };
 pub use package::{Packaged, decode_module_base64, package};
+pub use python::{
+    MAX_SOURCE_BYTES, Param, PreparedPython, PythonRunnerConfig, PythonSpec, Signature,
+    decode_source as decode_python_source,
+};
 pub use runtime::{PreparedUdf, Runtime, RuntimeConfig, RuntimeStats, SharedModules};

@@ -4,30 +4,38 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use crate::instance::GuestInstance;
-
 /// Identifies instances that are interchangeable: same module bytes, same init config.
 pub(crate) type InstanceKey = [u8; 32];
 
-struct Idle {
-    instance: GuestInstance,
+struct Idle<I> {
+    instance: I,
     last_used: u64,
 }
 
-#[derive(Default)]
-struct Slots {
-    idle: HashMap<(String, InstanceKey), Vec<Idle>>,
+struct Slots<I> {
+    idle: HashMap<(String, InstanceKey), Vec<Idle<I>>>,
     total: usize,
     clock: u64,
 }
 
-pub(crate) struct InstancePool {
-    slots: Mutex<Slots>,
+impl<I> Default for Slots<I> {
+    fn default() -> Self {
+        Self {
+            idle: HashMap::new(),
+            total: 0,
+            clock: 0,
+        }
+    }
+}
+
+/// Idle instances of one kind (`I`: a Wasm module's or the Python runner's).
+pub(crate) struct InstancePool<I> {
+    slots: Mutex<Slots<I>>,
     max_per_key: usize,
     max_total: usize,
 }
 
-impl InstancePool {
+impl<I> InstancePool<I> {
     pub(crate) fn new(max_per_key: usize, max_total: usize) -> Self {
         Self {
             slots: Mutex::default(),
@@ -36,13 +44,13 @@ impl InstancePool {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Slots> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Slots<I>> {
         // Nothing in Slots can be left inconsistent by a panic, so a poisoned lock is usable.
         self.slots.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The most recently used idle instance for this tenant and key (its memory is warmest).
-    pub(crate) fn take(&self, tenant: &str, key: &InstanceKey) -> Option<GuestInstance> {
+    pub(crate) fn take(&self, tenant: &str, key: &InstanceKey) -> Option<I> {
         let mut slots = self.lock();
         let list = slots.idle.get_mut(&(tenant.to_string(), *key))?;
         let idle = list.pop()?;
@@ -51,7 +59,7 @@ impl InstancePool {
     }
 
     /// Keeps `instance` for reuse; drops it (or the least recently used one) when full.
-    pub(crate) fn put(&self, tenant: &str, key: &InstanceKey, instance: GuestInstance) {
+    pub(crate) fn put(&self, tenant: &str, key: &InstanceKey, instance: I) {
         let evicted;
         {
             let mut slots = self.lock();
@@ -81,7 +89,7 @@ impl InstancePool {
         evicted.is_some()
     }
 
-    fn pop_oldest(slots: &mut Slots) -> Option<GuestInstance> {
+    fn pop_oldest(slots: &mut Slots<I>) -> Option<I> {
         let key = slots
             .idle
             .iter()

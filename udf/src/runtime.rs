@@ -44,6 +44,8 @@ pub struct RuntimeConfig {
     pub max_idle_per_key: usize,
     /// Where modules are kept for other nodes; `None` when `module_dir` is the only store.
     pub shared: Option<Arc<dyn SharedModules>>,
+    /// The Python runner; `None`: Python UDFs are refused with a message saying so.
+    pub python: Option<crate::PythonRunnerConfig>,
 }
 
 impl std::fmt::Debug for RuntimeConfig {
@@ -67,6 +69,7 @@ impl RuntimeConfig {
             max_instances: 256,
             max_idle_per_key: 8,
             shared: None,
+            python: None,
         }
     }
 }
@@ -150,9 +153,10 @@ pub(crate) struct Inner {
     prepared: Mutex<HashMap<[u8; 32], Arc<PreparedUdf>>>,
     /// Instances that only ran `init` during `prepare`; handed to the first caller.
     fresh: Mutex<HashMap<InstanceKey, GuestInstance>>,
-    pub(crate) pool: InstancePool,
+    pub(crate) pool: InstancePool<GuestInstance>,
     pub(crate) counters: Counters,
     pub(crate) call_stats: crate::call_stats::TenantCallStats,
+    pub(crate) python: crate::python::PythonHost,
     _ticker: EpochTicker,
 }
 
@@ -186,7 +190,6 @@ impl Runtime {
         Ok(Self {
             inner: Arc::new(Inner {
                 engine,
-                cfg,
                 pooling,
                 modules,
                 prepared: Mutex::default(),
@@ -194,6 +197,8 @@ impl Runtime {
                 pool,
                 counters: Counters::default(),
                 call_stats: Default::default(),
+                python: crate::python::PythonHost::new(cfg.python.clone(), cfg.max_idle_per_key),
+                cfg,
                 _ticker: ticker,
             }),
         })

@@ -1,0 +1,128 @@
+//! One runner instance in its own Store: arming the limits, and the two calls into it.
+
+use wasmtime::Store;
+
+use super::runner::PythonRunner;
+use super::spec::{Param, PythonSpec, Signature};
+use crate::UdfError;
+use crate::engine::deadline_ticks;
+use crate::instance::{MemoryLimiter, classify};
+use crate::limits::Limits;
+
+mod bindings {
+    wasmtime::component::bindgen!({
+        path: "python/wit",
+        world: "runner",
+    });
+}
+
+pub(crate) use bindings::RunnerPre;
+pub(crate) use bindings::lancet::python::types::{Column, Kind, RowError};
+
+/// Core instances, memories and tables one runner instance may hold (the CPython component
+/// links a few dozen core modules).
+const COMPONENT_OBJECTS: usize = 128;
+
+pub(crate) struct PyState {
+    limiter: MemoryLimiter,
+}
+
+pub(crate) struct PyInstance {
+    store: Store<PyState>,
+    runner: bindings::Runner,
+}
+
+/// What a call produced while the instance stayed healthy.
+pub(crate) enum CallResult {
+    /// One value per row (null where the row raised) and the rows that raised.
+    Values(Column, Vec<RowError>),
+    /// The call ended with a Python exception (the first raising row, when it stops there).
+    Raised(String),
+}
+
+impl PyInstance {
+    pub(crate) fn new(runner: &PythonRunner, limits: &Limits, udf: &str) -> Result<Self, UdfError> {
+        let state = PyState {
+            limiter: MemoryLimiter::new(limits.max_memory_bytes, COMPONENT_OBJECTS),
+        };
+        let mut store = Store::new(&runner.engine, state);
+        store.limiter(|s| &mut s.limiter);
+        store.set_epoch_deadline(deadline_ticks(limits.timeout));
+        let runner = runner
+            .pre
+            .instantiate(&mut store)
+            .map_err(|e| classify(e, &store.data().limiter, None, udf, limits))?;
+        Ok(Self { store, runner })
+    }
+
+    fn arm(&mut self, limits: &Limits) {
+        let state = self.store.data_mut();
+        state.limiter.cap = limits.max_memory_bytes;
+        state.limiter.hit = false;
+        self.store
+            .set_epoch_deadline(deadline_ticks(limits.timeout));
+    }
+
+    fn failed(&self, err: wasmtime::Error, udf: &str, limits: &Limits) -> UdfError {
+        classify(err, &self.store.data().limiter, None, udf, limits)
+    }
+
+    /// Compiles the source and finds the entry; `Ok(Err(message))` is Python's own complaint.
+    pub(crate) fn load(
+        &mut self,
+        spec: &PythonSpec,
+        limits: &Limits,
+        udf: &str,
+    ) -> Result<Result<Signature, String>, UdfError> {
+        self.arm(limits);
+        let loaded = self
+            .runner
+            .call_load(&mut self.store, &spec.source, &spec.entry, &spec.env)
+            .map_err(|e| self.failed(e, udf, limits))?;
+        Ok(loaded.map(|sig| Signature {
+            params: sig
+                .params
+                .into_iter()
+                .map(|p| Param {
+                    name: p.name,
+                    annotation: p.annotation,
+                    has_default: p.has_default,
+                })
+                .collect(),
+            returns: sig.returns,
+            python: sig.python,
+        }))
+    }
+
+    pub(crate) fn call(
+        &mut self,
+        args: &[Column],
+        rows: usize,
+        kind: Kind,
+        stop_at_first_error: bool,
+        limits: &Limits,
+        udf: &str,
+    ) -> Result<CallResult, UdfError> {
+        self.arm(limits);
+        let rows32 = u32::try_from(rows)
+            .map_err(|_| UdfError::BadInput(format!("{rows} rows in one call")))?;
+        let out = self
+            .runner
+            .call_call(&mut self.store, args, rows32, kind, stop_at_first_error)
+            .map_err(|e| self.failed(e, udf, limits))?;
+        let out = match out {
+            Ok(out) => out,
+            Err(message) => return Ok(CallResult::Raised(message)),
+        };
+        let size = super::columns::byte_size(&out.values)
+            + out.errors.iter().map(|e| e.message.len()).sum::<usize>();
+        if size > limits.max_output_bytes {
+            return Err(UdfError::OutputTooLarge {
+                udf: udf.to_string(),
+                size,
+                limit: limits.max_output_bytes,
+            });
+        }
+        Ok(CallResult::Values(out.values, out.errors))
+    }
+}

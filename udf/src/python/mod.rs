@@ -1,0 +1,284 @@
+//! Python UDFs: CPython compiled to a WebAssembly component (the *runner*, built from
+//! `udf/python/` by componentize-py with every WASI import stubbed out), run by wasmtime under
+//! the same limits as Wasm guests: memory cap, epoch deadline, output cap, per-tenant instance
+//! pools. One runner instance holds one function: `load` compiles the user's source in it,
+//! `call` applies the function row by row.
+//!
+//! Values cross the boundary as typed lists (`columns.rs`); the runner's interface is
+//! `udf/python/wit/runner.wit`.
+
+mod columns;
+mod instance;
+mod runner;
+mod spec;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arrow_array::{ArrayRef, RecordBatch, new_empty_array};
+use arrow_schema::DataType;
+use sha2::{Digest, Sha256};
+
+use crate::UdfError;
+use crate::invoke::{InvokeOutput, RowFailure};
+use crate::limits::Limits;
+use crate::manifest::OnError;
+use crate::pool::{InstanceKey, InstancePool};
+use crate::runtime::Runtime;
+
+pub use runner::PythonRunnerConfig;
+pub use spec::{MAX_SOURCE_BYTES, Param, PythonSpec, Signature, decode_source};
+
+use instance::{CallResult, PyInstance};
+use runner::RunnerSlot;
+
+/// A Python UDF ready to call: its source compiled once in the sandbox, its signature read.
+pub struct PreparedPython {
+    spec: PythonSpec,
+    sha256: String,
+    label: String,
+    signature: Signature,
+    instance_key: InstanceKey,
+    nulled_rows: AtomicU64,
+}
+
+impl PreparedPython {
+    pub fn spec(&self) -> &PythonSpec {
+        &self.spec
+    }
+
+    /// sha256 of the source, lowercase hex.
+    pub fn source_sha256(&self) -> &str {
+        &self.sha256
+    }
+
+    /// `entry@sha256-prefix`, as in error messages.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// The function's parameters and return annotation, and the interpreter's version.
+    pub fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    /// Rows turned to null so far under `on_error: null`.
+    pub fn nulled_rows(&self) -> u64 {
+        self.nulled_rows.load(Ordering::Relaxed)
+    }
+}
+
+impl std::fmt::Debug for PreparedPython {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedPython")
+            .field("udf", &self.label)
+            .finish()
+    }
+}
+
+/// The runtime's Python half: the runner (loaded on first use) and its instances.
+pub(crate) struct PythonHost {
+    runner: RunnerSlot,
+    pool: InstancePool<PyInstance>,
+    prepared: Mutex<HashMap<[u8; 32], Arc<PreparedPython>>>,
+}
+
+impl PythonHost {
+    pub(crate) fn new(config: Option<PythonRunnerConfig>, max_idle_per_key: usize) -> Self {
+        Self {
+            runner: RunnerSlot::new(config),
+            pool: InstancePool::new(max_idle_per_key, 64),
+            prepared: Mutex::default(),
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Runtime {
+    /// Whether Python UDFs can run here, and if not, why.
+    pub fn python_status(&self) -> Result<(), UdfError> {
+        self.inner.python.runner.configured()
+    }
+
+    /// Loads (or compiles, first time on this machine) the Python runner now rather than at
+    /// the first Python call. Blocks; for a background thread at start-up.
+    pub fn warm_python(&self) -> Result<(), UdfError> {
+        self.inner.python.runner.get().map(|_| ())
+    }
+
+    /// Compiles `spec`'s source in a fresh sandboxed interpreter and reads the function's
+    /// signature. Python's own errors (a SyntaxError, a missing name, an exception at import)
+    /// are definition errors. Memoised per spec.
+    pub fn prepare_python(&self, spec: &PythonSpec) -> Result<Arc<PreparedPython>, UdfError> {
+        spec.validate()?;
+        let key: [u8; 32] = Sha256::digest(
+            serde_json::to_vec(spec).map_err(|e| UdfError::Internal(e.to_string()))?,
+        )
+        .into();
+        let host = &self.inner.python;
+        if let Some(p) = lock(&host.prepared).get(&key) {
+            return Ok(p.clone());
+        }
+        let runner = host.runner.get()?;
+        let sha256 = crate::manifest::sha256_hex(spec.source.as_bytes());
+        let label = format!("{}@{}", spec.entry, &sha256[..12]);
+        let limits = self
+            .inner
+            .cfg
+            .default_limits
+            .tightened_by(spec.limits.as_ref());
+        let mut instance = PyInstance::new(&runner, &limits, &label)?;
+        let signature = instance
+            .load(spec, &limits, &label)?
+            .map_err(UdfError::PythonSource)?;
+        let instance_key: InstanceKey = Sha256::new()
+            .chain_update(sha256.as_bytes())
+            .chain_update([0])
+            .chain_update(spec.entry.as_bytes())
+            .chain_update([0])
+            .chain_update(serde_json::to_vec(&spec.env).unwrap_or_default())
+            .finalize()
+            .into();
+        let udf = Arc::new(PreparedPython {
+            spec: spec.clone(),
+            sha256,
+            label,
+            signature,
+            instance_key,
+            nulled_rows: AtomicU64::new(0),
+        });
+        lock(&host.prepared).insert(key, udf.clone());
+        Ok(udf)
+    }
+
+    /// Runs `udf` over `input` (one column per parameter, in order) for `tenant`; the result
+    /// has `input.num_rows()` rows of type `expected`. Under `on_error: null` rows whose call
+    /// raised are null and listed; otherwise the first raising row fails the call.
+    pub fn invoke_python(
+        &self,
+        udf: &PreparedPython,
+        tenant: &str,
+        input: &RecordBatch,
+        expected: &DataType,
+        limits: &Limits,
+    ) -> Result<InvokeOutput, UdfError> {
+        let limits = limits.tightened_by(udf.spec.limits.as_ref());
+        let rows = input.num_rows();
+        let step = limits.max_rows_per_call.max(1);
+        let mut arrays: Vec<ArrayRef> = Vec::new();
+        let mut failures = Vec::new();
+        let mut offset = 0;
+        while offset < rows {
+            let len = step.min(rows - offset);
+            let chunk = input.slice(offset, len);
+            let result = self.python_chunk(udf, tenant, &chunk, expected, &limits);
+            self.inner.call_stats.record(tenant, len, &result);
+            let (array, errors) = result?;
+            for e in errors {
+                failures.push(RowFailure {
+                    offset: offset + e.row as usize,
+                    rows: 1,
+                    error_type: "python_error",
+                    message: e.message,
+                });
+            }
+            arrays.push(array);
+            offset += len;
+        }
+        let array = match arrays.len() {
+            0 => new_empty_array(expected),
+            1 => arrays.pop().expect("one array"),
+            _ => {
+                let refs: Vec<_> = arrays.iter().map(|a| a.as_ref()).collect();
+                arrow_select::concat::concat(&refs)
+                    .map_err(|e| UdfError::Internal(format!("concatenating results: {e}")))?
+            }
+        };
+        udf.nulled_rows
+            .fetch_add(failures.len() as u64, Ordering::Relaxed);
+        Ok(InvokeOutput {
+            array,
+            nulled_rows: failures.len(),
+            failures,
+        })
+    }
+
+    /// One call into one instance. Python exceptions leave the interpreter usable; traps and
+    /// limit hits drop the instance, so the next call gets a fresh one.
+    fn python_chunk(
+        &self,
+        udf: &PreparedPython,
+        tenant: &str,
+        chunk: &RecordBatch,
+        expected: &DataType,
+        limits: &Limits,
+    ) -> Result<(ArrayRef, Vec<instance::RowError>), UdfError> {
+        let host = &self.inner.python;
+        let args = chunk
+            .columns()
+            .iter()
+            .zip(chunk.schema().fields())
+            .map(|(a, f)| {
+                columns::to_wit(a)
+                    .map_err(|e| UdfError::BadInput(format!("column '{}': {e}", f.name())))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut instance = match host.pool.take(tenant, &udf.instance_key) {
+            Some(i) => {
+                self.inner.counters.reused.fetch_add(1, Ordering::Relaxed);
+                i
+            }
+            None => {
+                let runner = host.runner.get()?;
+                let mut i = PyInstance::new(&runner, limits, &udf.label)?;
+                self.inner.counters.created.fetch_add(1, Ordering::Relaxed);
+                i.load(&udf.spec, limits, &udf.label)?
+                    .map_err(UdfError::PythonSource)?;
+                i
+            }
+        };
+        let stop_at_first = udf.spec.on_error == OnError::Fail;
+        let kind = columns::kind_for(expected);
+        let discard = |e| {
+            self.inner
+                .counters
+                .discarded
+                .fetch_add(1, Ordering::Relaxed);
+            e
+        };
+        let outcome = instance
+            .call(
+                &args,
+                chunk.num_rows(),
+                kind,
+                stop_at_first,
+                limits,
+                &udf.label,
+            )
+            .map_err(discard)?;
+        match outcome {
+            CallResult::Raised(message) => {
+                host.pool.put(tenant, &udf.instance_key, instance);
+                Err(UdfError::Guest {
+                    udf: udf.label.clone(),
+                    message,
+                })
+            }
+            CallResult::Values(values, errors) => {
+                let array =
+                    columns::from_wit(values, chunk.num_rows(), expected).map_err(|reason| {
+                        UdfError::BadOutput {
+                            udf: udf.label.clone(),
+                            reason,
+                        }
+                    })?;
+                host.pool.put(tenant, &udf.instance_key, instance);
+                Ok((array, errors))
+            }
+        }
+    }
+}

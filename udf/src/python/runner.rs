@@ -1,0 +1,158 @@
+//! The Python runner component: found on disk, compiled once per machine (wasmtime's
+//! serialized code, cached by the component's sha256 and the engine's settings), loaded on
+//! first use, shared by every Python UDF.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+use wasmtime::component::{Component, Linker};
+use wasmtime::{Config, Engine, OptLevel};
+
+use super::instance::{PyState, RunnerPre};
+use crate::UdfError;
+use crate::engine::{EpochTicker, compatibility_key};
+use crate::manifest::sha256_hex;
+use crate::module_cache::write_atomically;
+
+/// Wasm stack for the interpreter. CPython keeps its C stack in linear memory, so this is
+/// only wasm frames; it must stay under the calling thread's native stack (2 MiB).
+const PYTHON_WASM_STACK: usize = 1 << 20;
+
+/// Where the runner component is and where its compiled code is cached.
+#[derive(Debug, Clone)]
+pub struct PythonRunnerConfig {
+    /// The component built by `scripts/build-python-runner.sh`.
+    pub component: PathBuf,
+    /// Compiled code: `python-runner-<sha256>-<engine key>.cwasm`. A machine-wide directory
+    /// lets every server on the machine skip the compile after the first.
+    pub cache_dir: PathBuf,
+}
+
+pub(crate) struct PythonRunner {
+    pub(crate) engine: Engine,
+    pub(crate) pre: RunnerPre<PyState>,
+    _ticker: EpochTicker,
+}
+
+/// The runner, loaded once; a failed load is remembered (the file will not fix itself while
+/// the server runs) and reported to every Python call.
+pub(crate) struct RunnerSlot {
+    config: Option<PythonRunnerConfig>,
+    loaded: OnceLock<Result<Arc<PythonRunner>, String>>,
+    loading: Mutex<()>,
+}
+
+impl RunnerSlot {
+    pub(crate) fn new(config: Option<PythonRunnerConfig>) -> Self {
+        Self {
+            config,
+            loaded: OnceLock::new(),
+            loading: Mutex::new(()),
+        }
+    }
+
+    pub(crate) fn configured(&self) -> Result<(), UdfError> {
+        match &self.config {
+            None => Err(UdfError::PythonUnavailable(
+                "no Python runner is configured (--python-runner / LANCET_PYTHON_RUNNER)".into(),
+            )),
+            Some(c) if !c.component.exists() => Err(UdfError::PythonUnavailable(format!(
+                "the Python runner {} does not exist (scripts/build-python-runner.sh builds it)",
+                c.component.display()
+            ))),
+            Some(_) => match self.loaded.get() {
+                Some(Err(e)) => Err(UdfError::PythonUnavailable(e.clone())),
+                _ => Ok(()),
+            },
+        }
+    }
+
+    pub(crate) fn get(&self) -> Result<Arc<PythonRunner>, UdfError> {
+        if let Some(done) = self.loaded.get() {
+            return done.clone().map_err(UdfError::PythonUnavailable);
+        }
+        self.configured()?;
+        let _one_at_a_time = self.loading.lock().unwrap_or_else(|p| p.into_inner());
+        let config = self.config.as_ref().expect("checked by configured()");
+        let done = self
+            .loaded
+            .get_or_init(|| load(config).map(Arc::new).map_err(|e| e.to_string()));
+        done.clone().map_err(UdfError::PythonUnavailable)
+    }
+}
+
+fn engine() -> Result<Engine, UdfError> {
+    let mut config = Config::new();
+    config
+        .wasm_component_model(true)
+        .epoch_interruption(true)
+        .max_wasm_stack(PYTHON_WASM_STACK)
+        .cranelift_opt_level(OptLevel::Speed)
+        .parallel_compilation(true);
+    Engine::new(&config).map_err(|e| UdfError::Internal(format!("python engine: {e:#}")))
+}
+
+fn load(config: &PythonRunnerConfig) -> Result<PythonRunner, UdfError> {
+    let engine = engine()?;
+    let bytes = std::fs::read(&config.component)
+        .map_err(|e| UdfError::io(format!("reading {}", config.component.display()), e))?;
+    let sha = sha256_hex(&bytes);
+    let cached = config.cache_dir.join(format!(
+        "python-runner-{}-{}.cwasm",
+        &sha[..16],
+        compatibility_key(&engine)
+    ));
+    let start = Instant::now();
+    // SAFETY: only this function writes the cache file (atomically), named by the component's
+    // sha256 and the engine's compatibility key; wasmtime re-checks its header and settings.
+    let component = match unsafe { Component::deserialize_file(&engine, &cached) } {
+        Ok(c) => {
+            tracing::info!(
+                "python runner loaded from {} in {:?}",
+                cached.display(),
+                start.elapsed()
+            );
+            c
+        }
+        Err(_) => {
+            tracing::info!(
+                "compiling the python runner {} (once per machine)",
+                config.component.display()
+            );
+            let c = Component::new(&engine, &bytes).map_err(|e| {
+                UdfError::PythonUnavailable(format!(
+                    "the runner {} does not compile: {e:#}",
+                    config.component.display()
+                ))
+            })?;
+            match c.serialize() {
+                Ok(code) => {
+                    if let Err(e) = write_atomically(&cached, &code) {
+                        tracing::warn!("could not cache the compiled python runner: {e}");
+                    }
+                }
+                Err(e) => tracing::warn!("could not serialize the python runner: {e:#}"),
+            }
+            tracing::info!("python runner compiled in {:?}", start.elapsed());
+            c
+        }
+    };
+    // The runner imports nothing (built with every WASI import stubbed): an empty linker.
+    let linker: Linker<PyState> = Linker::new(&engine);
+    let pre = linker
+        .instantiate_pre(&component)
+        .and_then(RunnerPre::new)
+        .map_err(|e| {
+            UdfError::PythonUnavailable(format!(
+                "the runner {} does not fit this server (rebuild it): {e:#}",
+                config.component.display()
+            ))
+        })?;
+    let ticker = EpochTicker::start(engine.clone())?;
+    Ok(PythonRunner {
+        engine,
+        pre,
+        _ticker: ticker,
+    })
+}
