@@ -5,4 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/lancet-target}"
+# Python UDFs run in CPython compiled to Wasm; its runner is built once (~10 s, cached). Without
+# it the server still starts and answers Python UDF definitions with a 400 saying why.
+if [ -z "${LANCET_PYTHON_RUNNER:-}" ]; then
+  LANCET_PYTHON_RUNNER="$(bash scripts/build-python-runner.sh)" && export LANCET_PYTHON_RUNNER \
+    || echo "== the Python UDF runner could not be built; Python UDFs are off" >&2
+fi
 exec cargo run --release --locked --bin lancet -- serve "$@"

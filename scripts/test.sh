@@ -17,6 +17,9 @@ if [ -f plugins/build.sh ]; then
   CARGO_TARGET_DIR="$HOME/.cache/lancet-plugins-target" bash plugins/build.sh
 fi
 
+echo "== building the Python UDF runner"
+export LANCET_PYTHON_RUNNER="${LANCET_PYTHON_RUNNER:-$(bash scripts/build-python-runner.sh)}"
+
 # The venv holds moto, the S3 server the object-store tests start on loopback.
 export LANCET_VENV="${LANCET_VENV:-$HOME/.cache/lancet-venv}"
 bash scripts/venv.sh

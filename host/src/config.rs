@@ -49,6 +49,12 @@ pub struct ServeConfig {
     /// Linear-memory cap of one UDF instance, in MiB.
     #[arg(long, env = "LANCET_UDF_MEMORY_MB", default_value_t = 256)]
     pub udf_memory_mb: usize,
+    /// The Python UDF runner (CPython in a Wasm component, built by
+    /// `scripts/build-python-runner.sh`). Default: `$LANCET_CACHE_DIR/python/runner.wasm`
+    /// (`~/.cache/lancet/python/runner.wasm`); when it is missing, Python UDFs are refused
+    /// with a 400 that says so and Wasm UDFs work as ever.
+    #[arg(long, env = "LANCET_PYTHON_RUNNER")]
+    pub python_runner: Option<PathBuf>,
     /// A local auth file (API keys, token issuer) instead of the data root's
     /// `_auth/auth.toml` (a file of a local root, an object under an object-store root).
     #[arg(long, env = "LANCET_AUTH_FILE")]

@@ -24,6 +24,18 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
     let node_id = node_id(config);
     let (auth, tenant_limits) = authenticator(config, &root).await?;
     let runtime = lancet_udf::Runtime::new(udf_config(config, &root))?;
+    if runtime.python_status().is_ok() {
+        // Compiling the runner takes seconds (once per machine; loading it after, ~0.1 s):
+        // done now, off the request path, so the first Python UDF does not wait for it.
+        let warm = runtime.clone();
+        std::thread::Builder::new()
+            .name("lancet-python-warm".into())
+            .spawn(move || {
+                if let Err(e) = warm.warm_python() {
+                    tracing::warn!("python UDFs unavailable: {e}");
+                }
+            })?;
+    }
     let jobs = crate::jobs::JobManager::open(root.clone(), node_id.clone(), config.job_lease_ttl)
         .with_kinds(crate::jobs::kinds::all(
             config.upkeep_concurrency,
@@ -145,22 +157,35 @@ fn udf_config(config: &ServeConfig, root: &Arc<RootStore>) -> lancet_udf::Runtim
     udf.default_limits.timeout = std::time::Duration::from_millis(config.udf_timeout_ms);
     udf.default_limits.max_memory_bytes = config.udf_memory_mb * 1024 * 1024;
     udf.default_limits.max_output_bytes = config.udf_max_output_mb * 1024 * 1024;
+    let python_dir = machine_cache_dir().join("python");
+    udf.python = Some(lancet_udf::PythonRunnerConfig {
+        component: config
+            .python_runner
+            .clone()
+            .unwrap_or_else(|| python_dir.join("runner.wasm")),
+        // Machine-wide: the runner's compiled code does not depend on the root.
+        cache_dir: python_dir,
+    });
     udf
 }
 
-/// This node's cache directory for an object-store root: `$LANCET_CACHE_DIR`, else
-/// `~/.cache/lancet`, then a folder per root (so two roots never share cached modules).
-fn cache_dir(root: &RootStore) -> std::path::PathBuf {
-    use sha2::Digest;
-    let base = std::env::var_os("LANCET_CACHE_DIR")
+/// `$LANCET_CACHE_DIR`, else `~/.cache/lancet`.
+fn machine_cache_dir() -> std::path::PathBuf {
+    std::env::var_os("LANCET_CACHE_DIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| {
             std::env::var_os("HOME")
                 .map(std::path::PathBuf::from)
                 .unwrap_or_else(std::env::temp_dir)
                 .join(".cache/lancet")
-        });
-    base.join(&hex::encode(sha2::Sha256::digest(root.uri().as_bytes()))[..16])
+        })
+}
+
+/// This node's cache directory for an object-store root: `$LANCET_CACHE_DIR`, else
+/// `~/.cache/lancet`, then a folder per root (so two roots never share cached modules).
+fn cache_dir(root: &RootStore) -> std::path::PathBuf {
+    use sha2::Digest;
+    machine_cache_dir().join(&hex::encode(sha2::Sha256::digest(root.uri().as_bytes()))[..16])
 }
 
 /// Serve until SIGINT/SIGTERM; requests in flight (writes included) finish before exit.

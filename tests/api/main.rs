@@ -28,6 +28,7 @@ mod openapi;
 mod operability;
 mod predicate_fuzz;
 mod protocol;
+mod python_udf;
 mod query;
 mod s3;
 mod table_versions;

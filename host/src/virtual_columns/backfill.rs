@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use arrow_array::{ArrayRef, RecordBatch};
-use arrow_schema::{Field, Schema};
-use lancet_udf::{Limits, Manifest, OnError, PreparedUdf, RowFailure, Runtime};
+use arrow_schema::{DataType, Field, Schema};
+use lancet_udf::{Limits, Manifest, OnError, PreparedPython, PreparedUdf, RowFailure, Runtime};
 
 use super::compute::pick;
 use super::declared::{self, SqlRule};
@@ -22,7 +22,18 @@ pub struct ColumnUdf {
 
 enum Engine {
     Wasm(Box<WasmUdf>),
+    Python(Box<PythonUdf>),
     Sql(SqlRule),
+}
+
+struct PythonUdf {
+    runtime: Runtime,
+    prepared: Arc<PreparedPython>,
+    limits: Limits,
+    def: Definition,
+    inputs: Vec<Field>,
+    /// What the function's result is converted to (a struct for multi-output UDFs).
+    result_type: DataType,
 }
 
 struct WasmUdf {
@@ -89,14 +100,6 @@ impl VirtualColumns {
                     "column '{column}' is not a virtual column (it has no UDF to backfill with)"
                 ))
             })?;
-        let manifest_text = manifest
-            .filter(|m| !m.trim().is_empty())
-            .unwrap_or(&def.manifest);
-        let parsed = Manifest::parse(manifest_text).map_err(udf_error)?;
-        self.runtime
-            .store_module(&parsed, None)
-            .map_err(udf_error)?;
-        let prepared = self.runtime.prepare(&parsed).map_err(udf_error)?;
         let mut inputs = Vec::new();
         for name in &def.input_columns {
             let f = arrow.field_with_name(name).map_err(|_| {
@@ -106,6 +109,34 @@ impl VirtualColumns {
             })?;
             inputs.push(Field::new(name, f.data_type().clone(), true));
         }
+        if let Some(python) = &def.python {
+            if manifest.is_some_and(|m| !m.trim().is_empty()) {
+                return Err(ApiError::invalid(format!(
+                    "manifest: column '{column}' is a Python UDF; alter the column to change it"
+                )));
+            }
+            let spec = python.spec(&def.udf_name)?;
+            let prepared = self.runtime.prepare_python(&spec).map_err(udf_error)?;
+            return Ok(ColumnUdf {
+                engine: Engine::Python(Box::new(PythonUdf {
+                    runtime: (*self.runtime).clone(),
+                    prepared,
+                    limits: self.limits.clone(),
+                    result_type: super::result_type(&arrow, &def, field)?,
+                    def,
+                    inputs,
+                })),
+                field: field.clone(),
+            });
+        }
+        let manifest_text = manifest
+            .filter(|m| !m.trim().is_empty())
+            .unwrap_or(&def.manifest);
+        let parsed = Manifest::parse(manifest_text).map_err(udf_error)?;
+        self.runtime
+            .store_module(&parsed, None)
+            .map_err(udf_error)?;
+        let prepared = self.runtime.prepare(&parsed).map_err(udf_error)?;
         let udf = ColumnUdf {
             engine: Engine::Wasm(Box::new(WasmUdf {
                 runtime: (*self.runtime).clone(),
@@ -127,6 +158,7 @@ impl ColumnUdf {
     pub fn input_columns(&self) -> &[String] {
         match &self.engine {
             Engine::Wasm(w) => &w.def.input_columns,
+            Engine::Python(p) => &p.def.input_columns,
             Engine::Sql(rule) => rule.inputs(),
         }
     }
@@ -134,6 +166,7 @@ impl ColumnUdf {
     pub fn on_error_null(&self) -> bool {
         match &self.engine {
             Engine::Wasm(w) => w.prepared.manifest().on_error == OnError::Null,
+            Engine::Python(p) => p.prepared.spec().on_error == OnError::Null,
             Engine::Sql(_) => false,
         }
     }
@@ -142,6 +175,7 @@ impl ColumnUdf {
     pub fn version(&self) -> &str {
         match &self.engine {
             Engine::Wasm(w) => &w.prepared.manifest().module_sha256,
+            Engine::Python(p) => p.prepared.source_sha256(),
             Engine::Sql(_) => "sql",
         }
     }
@@ -150,6 +184,7 @@ impl ColumnUdf {
     pub fn label(&self) -> &str {
         match &self.engine {
             Engine::Wasm(w) => w.prepared.label(),
+            Engine::Python(p) => p.prepared.label(),
             Engine::Sql(rule) => rule.expression(),
         }
     }
@@ -159,6 +194,7 @@ impl ColumnUdf {
     pub fn compute(&self, tenant: &str, batch: &RecordBatch) -> ApiResult<Computed> {
         match &self.engine {
             Engine::Wasm(w) => w.compute(tenant, batch, &self.field),
+            Engine::Python(p) => p.compute(tenant, batch, &self.field),
             Engine::Sql(rule) => Ok(Computed {
                 values: rule.evaluate(batch, &self.field)?,
                 nulled: 0,
@@ -168,16 +204,47 @@ impl ColumnUdf {
     }
 }
 
+/// The UDF's input columns out of `batch`, in the UDF's order.
+fn udf_input(inputs: &[Field], batch: &RecordBatch) -> ApiResult<RecordBatch> {
+    let mut arrays = Vec::with_capacity(inputs.len());
+    for f in inputs {
+        arrays.push(batch.column_by_name(f.name()).cloned().ok_or_else(|| {
+            ApiError::internal(format!("input column '{}' was not read", f.name()))
+        })?);
+    }
+    RecordBatch::try_new_with_options(
+        Arc::new(Schema::new(inputs.to_vec())),
+        arrays,
+        &arrow_array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+    )
+    .map_err(ApiError::from)
+}
+
+impl PythonUdf {
+    fn compute(&self, tenant: &str, batch: &RecordBatch, field: &Field) -> ApiResult<Computed> {
+        let input = udf_input(&self.inputs, batch)?;
+        let out = self
+            .runtime
+            .invoke_python(
+                &self.prepared,
+                tenant,
+                &input,
+                &self.result_type,
+                &self.limits,
+            )
+            .map_err(udf_error)?;
+        let values = pick(&out.array, &self.def.struct_field, field)?;
+        Ok(Computed {
+            values,
+            nulled: out.nulled_rows as u64,
+            failures: out.failures,
+        })
+    }
+}
+
 impl WasmUdf {
     fn compute(&self, tenant: &str, batch: &RecordBatch, field: &Field) -> ApiResult<Computed> {
-        let mut arrays = Vec::with_capacity(self.inputs.len());
-        for f in &self.inputs {
-            arrays.push(batch.column_by_name(f.name()).cloned().ok_or_else(|| {
-                ApiError::internal(format!("input column '{}' was not read", f.name()))
-            })?);
-        }
-        let input = RecordBatch::try_new(Arc::new(Schema::new(self.inputs.clone())), arrays)
-            .map_err(ApiError::from)?;
+        let input = udf_input(&self.inputs, batch)?;
         // The type the whole UDF result must have (for multi-output UDFs it is a struct,
         // which is only known from a call, so nothing is imposed).
         let expected = self

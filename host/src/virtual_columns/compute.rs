@@ -60,7 +60,7 @@ impl VirtualColumns {
                 let result = match results.get(&key) {
                     Some(r) => r.clone(),
                     None => {
-                        let r = self.run(tenant, def, &batch)?;
+                        let r = self.run(tenant, table, def, field, &batch)?;
                         results.insert(key, r.clone());
                         r
                     }
@@ -108,9 +108,14 @@ impl VirtualColumns {
     }
 
     /// Run a column's UDF over the rows being written.
-    fn run(&self, tenant: &str, def: &Definition, batch: &RecordBatch) -> ApiResult<ArrayRef> {
-        let manifest = Manifest::parse(&def.manifest).map_err(udf_error)?;
-        let prepared = self.runtime.prepare(&manifest).map_err(udf_error)?;
+    fn run(
+        &self,
+        tenant: &str,
+        table: &Schema,
+        def: &Definition,
+        field: &Field,
+        batch: &RecordBatch,
+    ) -> ApiResult<ArrayRef> {
         let mut fields = Vec::new();
         let mut arrays = Vec::new();
         for name in &def.input_columns {
@@ -125,6 +130,26 @@ impl VirtualColumns {
         }
         let input =
             RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).map_err(ApiError::from)?;
+        if let Some(python) = &def.python {
+            let prepared = self
+                .runtime
+                .prepare_python(&python.spec(&def.udf_name)?)
+                .map_err(udf_error)?;
+            let expected = super::result_type(table, def, field)?;
+            return self
+                .runtime
+                .invoke_python(
+                    &prepared,
+                    tenant,
+                    &input,
+                    &expected,
+                    self.limits_for(tenant),
+                )
+                .map(|out| out.array)
+                .map_err(udf_error);
+        }
+        let manifest = Manifest::parse(&def.manifest).map_err(udf_error)?;
+        let prepared = self.runtime.prepare(&manifest).map_err(udf_error)?;
         self.runtime
             .invoke(&prepared, tenant, &input, None, self.limits_for(tenant))
             .map_err(udf_error)

@@ -9,44 +9,66 @@ use arrow_array::{RecordBatch, new_empty_array};
 use arrow_schema::{DataType, Field, Schema};
 use lancet_udf::Manifest;
 
+use super::python::{self, PythonDef};
 use super::{AlterVirtual, DEFINITION_KEY, Definition, NewVirtual, VirtualColumns, udf_error};
 use crate::error::{ApiError, ApiResult};
 use crate::store::Store;
 
 pub const BACKEND: &str = "wasm";
 
-/// What a definition request names, after its module is verified and compiled.
-struct Checked {
-    manifest: Manifest,
-    manifest_text: String,
-    checksum: String,
-    /// The type the UDF returns for these inputs (from the dry run).
-    output_type: DataType,
+/// The UDF fields of a definition request (add or alter).
+pub(super) struct UdfRequest<'a> {
+    pub input_columns: &'a [String],
+    pub backend: Option<&'a str>,
+    pub manifest: Option<&'a str>,
+    pub checksum: Option<&'a str>,
+    pub udf: Option<&'a str>,
+    pub udf_name: Option<&'a str>,
+    pub image: Option<&'a str>,
+}
+
+/// What a definition request names, after its code is verified and compiled.
+pub(super) struct Checked {
+    pub udf_name: String,
+    /// The code's sha256: the Wasm module's, or the Python source's.
+    pub code_sha256: String,
+    pub manifest_text: String,
+    pub checksum: String,
+    pub backend: &'static str,
+    /// The type the UDF returns for these inputs.
+    pub output_type: DataType,
+    pub python: Option<PythonDef>,
 }
 
 impl VirtualColumns {
-    #[allow(clippy::too_many_arguments)]
-    fn check(
+    /// Verifies the request's UDF. `outputs` is the type the columns being defined need from
+    /// it (a struct of their `struct_field`s when several): a Python function's result is
+    /// converted to it, while a Wasm module says what it returns in a zero-row dry run.
+    pub(super) fn check(
         &self,
         schema: &lance_core::datatypes::Schema,
-        input_columns: &[String],
-        backend: Option<&str>,
-        manifest: Option<&str>,
-        checksum: Option<&str>,
-        udf: Option<&str>,
-        udf_name: Option<&str>,
+        req: &UdfRequest<'_>,
+        outputs: Option<DataType>,
     ) -> ApiResult<Checked> {
-        if let Some(b) = backend.filter(|b| !b.is_empty() && !b.eq_ignore_ascii_case(BACKEND)) {
-            return Err(ApiError::invalid(format!(
-                "udf_backend '{b}' is not supported; this server runs '{BACKEND}' (WebAssembly) UDFs"
-            )));
+        if req.input_columns.is_empty() {
+            return Err(ApiError::invalid(
+                "input_columns must name at least one column",
+            ));
         }
-        let manifest_text =
-            manifest.ok_or_else(|| ApiError::invalid("a virtual column needs a 'manifest'"))?;
-        let checksum = checksum
+        for c in req.input_columns {
+            crate::field_path::resolve(schema, c)?;
+        }
+        if python::is_python(req)? {
+            return self.check_python(schema, req, outputs);
+        }
+        let manifest_text = req
+            .manifest
+            .ok_or_else(|| ApiError::invalid("a virtual column needs a 'manifest'"))?;
+        let checksum = req
+            .checksum
             .ok_or_else(|| ApiError::invalid("a virtual column needs a 'manifest_checksum'"))?;
         let parsed = Manifest::parse_verified(manifest_text, checksum).map_err(udf_error)?;
-        if let Some(name) = udf_name.filter(|n| !n.is_empty())
+        if let Some(name) = req.udf_name.filter(|n| !n.is_empty())
             && name != parsed.entry
         {
             return Err(ApiError::invalid(format!(
@@ -54,15 +76,8 @@ impl VirtualColumns {
                 parsed.entry
             )));
         }
-        if input_columns.is_empty() {
-            return Err(ApiError::invalid(
-                "input_columns must name at least one column",
-            ));
-        }
-        for c in input_columns {
-            crate::field_path::resolve(schema, c)?;
-        }
-        let module = udf
+        let module = req
+            .udf
             .filter(|u| !u.is_empty())
             .map(lancet_udf::decode_module_base64)
             .transpose()
@@ -71,16 +86,19 @@ impl VirtualColumns {
             .store_module(&parsed, module.as_deref())
             .map_err(udf_error)?;
         let prepared = self.runtime.prepare(&parsed).map_err(udf_error)?;
-        let empty = empty_inputs(schema, input_columns)?;
+        let empty = empty_inputs(schema, req.input_columns)?;
         let out = self
             .runtime
             .invoke(&prepared, "definition", &empty, None, &self.limits)
             .map_err(udf_error)?;
         Ok(Checked {
-            manifest: parsed,
+            udf_name: parsed.entry.clone(),
+            code_sha256: parsed.module_sha256.clone(),
             manifest_text: manifest_text.to_string(),
             checksum: checksum.to_string(),
+            backend: BACKEND,
             output_type: out.data_type().clone(),
+            python: None,
         })
     }
 
@@ -94,16 +112,36 @@ impl VirtualColumns {
         let ds = store.latest(location, branch).await?;
         let mut fields = Vec::new();
         for (name, v) in cols {
+            let mut declared_outputs = Vec::new();
+            for o in &v.outputs {
+                let declared = crate::json_types::parse_data_type(&o.data_type)?;
+                declared_outputs.push((
+                    o.column.clone(),
+                    o.struct_field.clone(),
+                    declared,
+                    o.nullable,
+                    o.metadata.clone().unwrap_or_default(),
+                ));
+            }
+            let wanted = outputs_type(
+                declared_outputs
+                    .iter()
+                    .map(|(_, sf, t, nullable, _)| (sf.as_str(), t, *nullable)),
+            );
             let checked = self.check(
                 ds.schema(),
-                &v.input_columns,
-                v.udf_backend.as_deref(),
-                v.manifest.as_deref(),
-                v.manifest_checksum.as_deref(),
-                v.udf.as_deref(),
-                v.udf_name.as_deref(),
+                &UdfRequest {
+                    input_columns: &v.input_columns,
+                    backend: v.udf_backend.as_deref(),
+                    manifest: v.manifest.as_deref(),
+                    checksum: v.manifest_checksum.as_deref(),
+                    udf: v.udf.as_deref(),
+                    udf_name: v.udf_name.as_deref(),
+                    image: v.image.as_deref(),
+                },
+                wanted,
             )?;
-            let outputs = if v.outputs.is_empty() {
+            let outputs = if declared_outputs.is_empty() {
                 vec![(
                     name.clone(),
                     String::new(),
@@ -112,18 +150,7 @@ impl VirtualColumns {
                     HashMap::new(),
                 )]
             } else {
-                let mut outs = Vec::new();
-                for o in &v.outputs {
-                    let declared = crate::json_types::parse_data_type(&o.data_type)?;
-                    outs.push((
-                        o.column.clone(),
-                        o.struct_field.clone(),
-                        declared,
-                        o.nullable,
-                        o.metadata.clone().unwrap_or_default(),
-                    ));
-                }
-                outs
+                declared_outputs
             };
             let group: Vec<String> = outputs.iter().map(|o| o.0.clone()).collect();
             for (column, struct_field, declared, nullable, metadata) in outputs {
@@ -141,20 +168,21 @@ impl VirtualColumns {
                 }
                 let def = Definition {
                     input_columns: v.input_columns.clone(),
-                    udf_name: checked.manifest.entry.clone(),
+                    udf_name: checked.udf_name.clone(),
                     udf_version: v
                         .udf_version
                         .clone()
                         .filter(|s| !s.is_empty())
-                        .unwrap_or_else(|| checked.manifest.module_sha256.clone()),
-                    udf_backend: BACKEND.to_string(),
-                    module_sha256: checked.manifest.module_sha256.clone(),
+                        .unwrap_or_else(|| checked.code_sha256.clone()),
+                    udf_backend: checked.backend.to_string(),
+                    module_sha256: checked.code_sha256.clone(),
                     manifest: checked.manifest_text.clone(),
                     manifest_checksum: checked.checksum.clone(),
                     image: v.image.clone(),
                     auto_backfill: v.auto_backfill.unwrap_or(false),
                     struct_field,
                     group: group.clone(),
+                    python: checked.python.clone(),
                 };
                 let mut md = user_metadata(v.field_metadata.as_ref())?;
                 md.extend(metadata);
@@ -195,16 +223,56 @@ impl VirtualColumns {
                 .input_columns
                 .clone()
                 .unwrap_or_else(|| old.input_columns.clone());
+            // A new UDF of the other language replaces the old one whole; otherwise what the
+            // request leaves out is the old definition's.
+            let switches = v
+                .udf_backend
+                .as_deref()
+                .is_some_and(|b| !b.is_empty() && !b.eq_ignore_ascii_case(&old.udf_backend));
+            let keep = |new: Option<String>, old: String| match switches {
+                true => new,
+                false => new.or(Some(old).filter(|o| !o.is_empty())),
+            };
+            let old_source = old.python.as_ref().map(|p| p.source_base64());
+            let udf = match (&v.udf, switches) {
+                (Some(u), _) => Some(u.clone()),
+                (None, false) => old_source,
+                (None, true) => None,
+            };
+            let manifest = keep(v.manifest.clone(), old.manifest.clone());
+            let checksum = keep(v.manifest_checksum.clone(), old.manifest_checksum.clone());
+            let image = keep(v.image.clone(), old.image.clone().unwrap_or_default());
+            // A Wasm UDF's name is its manifest's entry; a Python one's names the function.
+            let udf_name = v
+                .udf_name
+                .clone()
+                .or_else(|| (old.python.is_some() && !switches).then(|| old.udf_name.clone()));
+            let backend = keep(v.udf_backend.clone(), old.udf_backend.clone());
+            let members = old
+                .group
+                .iter()
+                .map(|m| {
+                    let f = arrow.field_with_name(m).map_err(|_| {
+                        ApiError::internal(format!("virtual column group member '{m}' is missing"))
+                    })?;
+                    let d: Definition = serde_json::from_str(&f.metadata()[DEFINITION_KEY])
+                        .map_err(|e| ApiError::internal(e.to_string()))?;
+                    Ok((d.struct_field, f.data_type().clone(), f.is_nullable()))
+                })
+                .collect::<ApiResult<Vec<_>>>()?;
+            let wanted = outputs_type(members.iter().map(|(sf, t, n)| (sf.as_str(), t, *n)));
             let checked = self.check(
                 ds.schema(),
-                &inputs,
-                v.udf_backend.as_deref(),
-                v.manifest.as_deref().or(Some(&old.manifest)),
-                v.manifest_checksum
-                    .as_deref()
-                    .or(Some(&old.manifest_checksum)),
-                v.udf.as_deref(),
-                v.udf_name.as_deref(),
+                &UdfRequest {
+                    input_columns: &inputs,
+                    backend: backend.as_deref(),
+                    manifest: manifest.as_deref(),
+                    checksum: checksum.as_deref(),
+                    udf: udf.as_deref(),
+                    udf_name: udf_name.as_deref(),
+                    image: image.as_deref(),
+                },
+                wanted,
             )?;
             for member in &old.group {
                 let f = arrow.field_with_name(member).map_err(|_| {
@@ -221,17 +289,19 @@ impl VirtualColumns {
                 }
                 let def = Definition {
                     input_columns: inputs.clone(),
-                    udf_name: checked.manifest.entry.clone(),
+                    udf_name: checked.udf_name.clone(),
                     udf_version: v
                         .udf_version
                         .clone()
                         .filter(|s| !s.is_empty())
-                        .unwrap_or_else(|| checked.manifest.module_sha256.clone()),
-                    module_sha256: checked.manifest.module_sha256.clone(),
+                        .unwrap_or_else(|| checked.code_sha256.clone()),
+                    udf_backend: checked.backend.to_string(),
+                    module_sha256: checked.code_sha256.clone(),
                     manifest: checked.manifest_text.clone(),
                     manifest_checksum: checked.checksum.clone(),
-                    image: v.image.clone().or(member_def.image.clone()),
+                    image: image.clone(),
                     auto_backfill: v.auto_backfill.unwrap_or(member_def.auto_backfill),
+                    python: checked.python.clone(),
                     ..member_def
                 };
                 let mut md = user_metadata(v.field_metadata.as_ref())?;
@@ -254,6 +324,23 @@ fn user_metadata(md: Option<&HashMap<String, String>>) -> ApiResult<HashMap<Stri
         )));
     }
     Ok(md)
+}
+
+/// The type a UDF must return to fill these outputs (`struct_field`, type, nullable): the
+/// one output's type, or a struct of the named children. `None` when there are none.
+fn outputs_type<'a>(
+    outputs: impl Iterator<Item = (&'a str, &'a DataType, bool)>,
+) -> Option<DataType> {
+    let outputs: Vec<_> = outputs.collect();
+    match outputs.as_slice() {
+        [] => None,
+        [("", t, _)] => Some((*t).clone()),
+        many => Some(DataType::Struct(
+            many.iter()
+                .map(|(name, t, nullable)| Field::new(*name, (*t).clone(), *nullable))
+                .collect(),
+        )),
+    }
 }
 
 /// The type of the child `struct_field` of a UDF result (the whole result when empty).

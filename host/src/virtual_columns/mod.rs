@@ -17,6 +17,7 @@ mod backfill;
 mod compute;
 pub mod declared;
 mod define;
+mod python;
 
 pub use backfill::{ColumnUdf, Computed};
 
@@ -88,6 +89,38 @@ pub struct Definition {
     pub struct_field: String,
     /// All output columns computed by the same call (multi-output UDFs move together).
     pub group: Vec<String>,
+    /// A Python UDF's source and version (`udf_backend` "python"); `None` for Wasm.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub python: Option<python::PythonDef>,
+}
+
+/// The type a column's UDF must return: the column's own, or for a multi-output UDF the
+/// struct of its group's `struct_field`s.
+fn result_type(
+    table: &arrow_schema::Schema,
+    def: &Definition,
+    field: &arrow_schema::Field,
+) -> Result<arrow_schema::DataType, ApiError> {
+    if def.struct_field.is_empty() {
+        return Ok(field.data_type().clone());
+    }
+    let mut children = Vec::new();
+    for member in &def.group {
+        let f = table.field_with_name(member).map_err(|_| {
+            ApiError::internal(format!("virtual column group member '{member}' is missing"))
+        })?;
+        let d: Definition = f
+            .metadata()
+            .get(DEFINITION_KEY)
+            .and_then(|t| serde_json::from_str(t).ok())
+            .ok_or_else(|| ApiError::internal(format!("'{member}' lost its definition")))?;
+        children.push(arrow_schema::Field::new(
+            d.struct_field,
+            f.data_type().clone(),
+            f.is_nullable(),
+        ));
+    }
+    Ok(arrow_schema::DataType::Struct(children.into()))
 }
 
 /// The virtual column definitions in a schema, for `describe`.

@@ -1,0 +1,194 @@
+//! Python UDFs through the REST API: the spec's own payload (`udf` = base64 Python source,
+//! `udf_name`, `image` "python:3.X"), backfilled, auto-backfilled and described, and the
+//! definition errors Python's own messages make.
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+use crate::common::*;
+use crate::jobs::int_pairs;
+
+fn b64(source: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(source)
+}
+
+fn python_column(source: &str, name: &str, inputs: &[&str]) -> Value {
+    json!({
+        "input_columns": inputs,
+        "udf": b64(source),
+        "udf_name": name,
+        "udf_version": "1",
+        "image": "python:3.11-slim",
+    })
+}
+
+async fn add(s: &Server, table: &str, column: &str, vc: Value) -> (u16, Value) {
+    s.post(
+        &format!("/v1/table/{table}/add_columns"),
+        json!({"new_columns": [{"name": column, "virtual_column": vc}]}),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn the_seed_payload_is_backfilled_with_f_of_every_row() {
+    let s = Server::start().await;
+    let (st, b) = s.post_arrow("/v1/table/p/create", &sample(0, 500)).await;
+    assert_eq!(st, 200, "{b}");
+    let mut vc = python_column("def doubled(id):\n    return id * 2\n", "doubled", &["id"]);
+    vc["outputs"] =
+        json!([{"column": "doubled", "data_type": {"type": "int64"}, "nullable": true}]);
+    let (st, b) = add(&s, "p", "doubled", vc).await;
+    assert_eq!(st, 200, "{b}");
+    let d = s.ok("/v1/table/p/describe", json!({})).await;
+    let def = &d["virtual_columns"]["doubled"];
+    assert_eq!(def["udf_backend"], "python", "{def}");
+    assert_eq!(def["udf_name"], "doubled");
+    assert_eq!(def["python"]["requested_version"], "3.11");
+    assert!(
+        def["python"]["python_version"]
+            .as_str()
+            .unwrap()
+            .starts_with("3."),
+        "{def}"
+    );
+
+    let job = s.backfill("p", json!({"column": "doubled"})).await;
+    let done = s.wait_job(&job).await;
+    assert_eq!(done["job_state"], "DONE", "{done}");
+    let rows = s
+        .query("p", json!({"columns": ["id", "doubled"], "limit": 1000}))
+        .await;
+    let pairs = int_pairs(&rows, "doubled");
+    assert_eq!(pairs.len(), 500);
+    for (id, v) in pairs {
+        assert_eq!(v, Some(id * 2), "id {id}");
+    }
+}
+
+#[tokio::test]
+async fn an_annotated_function_needs_no_outputs_and_computes_on_write() {
+    let s = Server::start().await;
+    s.create_table("a", 3).await;
+    let source = "import re\n\ndef slug(text: str) -> str:\n    return re.sub(r'[^a-z0-9]+', '-', text.lower())\n";
+    let mut vc = python_column(source, "slug", &["text"]);
+    vc["auto_backfill"] = json!(true);
+    let (st, b) = add(&s, "a", "slug", vc).await;
+    assert_eq!(st, 200, "{b}");
+    let (st, w) = s.post_arrow("/v1/table/a/insert", &sample(10, 2)).await;
+    assert_eq!(st, 200, "{w}");
+    let rows = s
+        .query(
+            "a",
+            json!({"columns": ["id", "slug"], "filter": "id >= 10"}),
+        )
+        .await;
+    let mut got: Vec<(i64, Option<String>)> =
+        ids(&rows).into_iter().zip(strings(&rows, "slug")).collect();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![(10, Some("row-10".into())), (11, Some("row-11".into()))]
+    );
+}
+
+#[tokio::test]
+async fn failing_rows_are_null_and_listed_under_on_error_null() {
+    let s = Server::start().await;
+    let (st, b) = s.post_arrow("/v1/table/f/create", &sample(-3, 10)).await;
+    assert_eq!(st, 200, "{b}");
+    let source = "def inverse(id: int) -> int:\n    return 100 // id\n";
+    let manifest = json!({"on_error": "null"}).to_string();
+    let mut vc = python_column(source, "inverse", &["id"]);
+    vc["manifest"] = json!(manifest);
+    vc["manifest_checksum"] = json!(lancet_udf::sha256_hex(manifest.as_bytes()));
+    let (st, b) = add(&s, "f", "inverse", vc).await;
+    assert_eq!(st, 200, "{b}");
+    let job = s.backfill("f", json!({"column": "inverse"})).await;
+    let d = s.wait_job(&job).await;
+    assert_eq!(d["job_state"], "DONE", "{d}");
+    assert_eq!(d["result"]["rows_nulled"], 1, "{d}");
+    let rows = s
+        .query("f", json!({"columns": ["id", "inverse"], "limit": 100}))
+        .await;
+    for (id, v) in int_pairs(&rows, "inverse") {
+        // Python floors: 100 // -3 == -34.
+        let floor = |id: i64| (100.0 / id as f64).floor() as i64;
+        assert_eq!(v, (id != 0).then(|| floor(id)), "id {id}");
+    }
+    let errs = s.ok("/v1/table/f/errors", json!({})).await;
+    let recs = errs["records"].as_array().unwrap();
+    assert_eq!(recs.len(), 1, "{errs}");
+    assert_eq!(recs[0]["row_offset"], 3, "{errs}");
+    let message = recs[0]["error_message"].as_str().unwrap();
+    assert!(
+        message.contains("ZeroDivisionError: division by zero (line 2)"),
+        "{message}"
+    );
+
+    // Without on_error the first failing row fails the job, with Python's message.
+    let mut vc = python_column(source, "inverse", &["id"]);
+    vc["outputs"] = json!([{"column": "strict", "data_type": {"type": "int64"}, "nullable": true}]);
+    let (st, b) = add(&s, "f", "strict", vc).await;
+    assert_eq!(st, 200, "{b}");
+    let job = s.backfill("f", json!({"column": "strict"})).await;
+    let d = s.wait_job(&job).await;
+    assert_eq!(d["job_state"], "FAILED", "{d}");
+    assert!(d.to_string().contains("ZeroDivisionError"), "{d}");
+}
+
+#[tokio::test]
+async fn bad_definitions_are_400s_with_pythons_message() {
+    let s = Server::start().await;
+    s.create_table("b", 2).await;
+    let cases = [
+        (
+            python_column("def f(id):\n    return id +\n", "f", &["id"]),
+            "SyntaxError",
+        ),
+        (
+            python_column("def f(id) -> int:\n    return id\n", "g", &["id"]),
+            "defines no 'g'",
+        ),
+        (
+            python_column("def f(id):\n    return id\n", "f", &["id"]),
+            "annotate the function's return type",
+        ),
+        (
+            python_column("def f(a, b) -> int:\n    return a\n", "f", &["id"]),
+            "takes (a, b)",
+        ),
+        (
+            {
+                let mut v = python_column("def f(id) -> int:\n    return id\n", "f", &["id"]);
+                v["image"] = json!("ubuntu:22.04");
+                v
+            },
+            "ubuntu:22.04",
+        ),
+        (
+            {
+                let mut v = python_column("def f(id) -> int:\n    return id\n", "f", &["id"]);
+                v["udf"] = json!(base64::engine::general_purpose::STANDARD.encode([0xff, 0xfe]));
+                v
+            },
+            "not UTF-8",
+        ),
+        (
+            {
+                let mut v = python_column("def f(id) -> int:\n    return id\n", "f", &["id"]);
+                v["udf_backend"] = json!("docker");
+                v
+            },
+            "udf_backend 'docker'",
+        ),
+    ];
+    for (vc, expect) in cases {
+        let (st, b) = add(&s, "b", "c", vc).await;
+        assert_error(st, &b, 400, 13);
+        assert!(b.to_string().contains(expect), "{expect}: {b}");
+    }
+    // Nothing was added by any of them.
+    let d = s.ok("/v1/table/b/describe", json!({})).await;
+    assert_eq!(d["version"], 1, "{d}");
+}
