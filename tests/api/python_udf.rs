@@ -192,3 +192,58 @@ async fn bad_definitions_are_400s_with_pythons_message() {
     let d = s.ok("/v1/table/b/describe", json!({})).await;
     assert_eq!(d["version"], 1, "{d}");
 }
+
+#[tokio::test]
+async fn altering_swaps_the_source_and_switches_language() {
+    let s = Server::start().await;
+    let (st, b) = s.post_arrow("/v1/table/al/create", &sample(0, 20)).await;
+    assert_eq!(st, 200, "{b}");
+    let vc = python_column("def f(id) -> int:\n    return id + 1\n", "f", &["id"]);
+    let (st, b) = add(&s, "al", "c", vc).await;
+    assert_eq!(st, 200, "{b}");
+    // New source, same function name: only `udf` is sent.
+    let v = s
+        .ok(
+            "/v1/table/al/alter_columns",
+            json!({"alterations": [{"path": "c", "virtual_column": {
+                "udf": b64("def f(id) -> int:\n    return id * 10\n")}}]}),
+        )
+        .await;
+    assert_eq!(v["version"], 3, "{v}");
+    let job = s.backfill("al", json!({"column": "c"})).await;
+    assert_eq!(s.wait_job(&job).await["job_state"], "DONE");
+    let rows = s
+        .query("al", json!({"columns": ["id", "c"], "limit": 100}))
+        .await;
+    for (id, v) in int_pairs(&rows, "c") {
+        assert_eq!(v, Some(id * 10), "id {id}");
+    }
+    // A new source that no longer fits the column is refused and changes nothing.
+    let (st, b) = s
+        .post(
+            "/v1/table/al/alter_columns",
+            json!({"alterations": [{"path": "c", "virtual_column": {
+                "udf": b64("def f(id) -> int:\n    return id +\n")}}]}),
+        )
+        .await;
+    assert_error(st, &b, 400, 13);
+    assert!(b.to_string().contains("SyntaxError"), "{b}");
+    // Switching to Wasm: the Wasm fields replace the Python ones whole.
+    let wasm = crate::udf::plugin("identity_i64");
+    let packaged =
+        lancet_udf::package(&wasm, "identity_i64", std::collections::BTreeMap::new()).unwrap();
+    let v = s
+        .ok(
+            "/v1/table/al/alter_columns",
+            json!({"alterations": [{"path": "c", "virtual_column": {
+                "udf_backend": "wasm",
+                "udf": base64::engine::general_purpose::STANDARD.encode(&wasm),
+                "manifest": packaged.manifest_text,
+                "manifest_checksum": packaged.manifest_checksum}}]}),
+        )
+        .await;
+    assert_eq!(v["version"], 4, "{v}");
+    let d = s.ok("/v1/table/al/describe", json!({})).await;
+    assert_eq!(d["virtual_columns"]["c"]["udf_backend"], "wasm", "{d}");
+    assert!(d["virtual_columns"]["c"].get("python").is_none(), "{d}");
+}

@@ -16,6 +16,7 @@ import traceback
 
 # Imported now, while the component is being built (pre-initialised), so a UDF's `import` of
 # them finds them in sys.modules: at run time the sandbox has no files to import from.
+import array
 import base64  # noqa: F401
 import binascii  # noqa: F401
 import bisect  # noqa: F401
@@ -31,9 +32,9 @@ import functools  # noqa: F401
 import hashlib  # noqa: F401
 import heapq  # noqa: F401
 import html  # noqa: F401
-import itertools  # noqa: F401
+import itertools
 import math  # noqa: F401
-import operator  # noqa: F401
+import operator
 import random  # noqa: F401
 import re  # noqa: F401
 import statistics  # noqa: F401
@@ -75,6 +76,13 @@ for _name in ("open", "listdir", "scandir", "stat", "lstat", "remove", "unlink",
         setattr(os, _name, _refused(f"os.{_name}"))
 random.seed(0)
 os.environ.clear()
+# No clock either: a UDF's result must depend on its row alone.
+import time  # noqa: E402
+
+for _name in ("time", "time_ns", "monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns",
+              "process_time", "process_time_ns", "thread_time", "thread_time_ns", "sleep"):
+    if hasattr(time, _name):
+        setattr(time, _name, _refused(f"time.{_name}"))
 
 
 def _exit(*_args):
@@ -133,8 +141,54 @@ def _type_error(value, kind):
     return TypeError(f"returned {type(value).__name__}, the column holds {kind}")
 
 
+# --- columns in: Arrow-like buffers to lists of Python values ------------------------------
+
+def _offsets(column):
+    return memoryview(column.offsets).cast("I").tolist()
+
+
+# Per-row work is done with map() over C functions wherever possible: a Python-level loop
+# costs ~100 ns a row in the sandbox, several times the UDF call itself.
+
+def _slices(data, offs):
+    return map(data.__getitem__, map(slice, offs, itertools.islice(offs, 1, None)))
+
+
+def _texts(column):
+    data, offs = column.data, _offsets(column)
+    if data.isascii():
+        # byte offsets are character offsets
+        return list(_slices(data.decode("ascii"), offs))
+    return list(map(bytes.decode, _slices(data, offs)))
+
+
+def _values(column):
+    kind = column.kind
+    if kind == t.Kind.INTS:
+        values = memoryview(column.data).cast("q").tolist()
+    elif kind == t.Kind.FLOATS:
+        values = memoryview(column.data).cast("d").tolist()
+    elif kind == t.Kind.BOOLS:
+        values = list(map(bool, column.data))
+    elif kind == t.Kind.TEXTS:
+        values = _texts(column)
+    elif kind == t.Kind.BLOBS:
+        values = list(_slices(column.data, _offsets(column)))
+    else:
+        values = list(map(json.loads, _texts(column)))
+    nulls = column.nulls
+    if nulls:
+        i = nulls.find(1)
+        while i != -1:
+            values[i] = None
+            i = nulls.find(1, i + 1)
+    return values
+
+
+# --- results out: lists of Python values to Arrow-like buffers -----------------------------
+
 def _to_int(v):
-    if isinstance(v, bool) or not isinstance(v, int):
+    if not isinstance(v, int):
         raise _type_error(v, "integers")
     if not INT_MIN <= v <= INT_MAX:
         raise OverflowError(f"{v} does not fit a 64-bit integer")
@@ -142,7 +196,7 @@ def _to_int(v):
 
 
 def _to_float(v):
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
+    if not isinstance(v, (int, float)):
         raise _type_error(v, "floats")
     return float(v)
 
@@ -171,20 +225,106 @@ def _to_json(v):
     return json.dumps(v, allow_nan=True)
 
 
+# What a kind's values are checked and converted by, the null placeholder its buffer holds,
+# and how the buffer is built (fast, in C; a TypeError/OverflowError means some value needs
+# the one-by-one converter).
 _CONVERT = {
-    t.Kind.INTS: (_to_int, t.Column_Ints),
-    t.Kind.FLOATS: (_to_float, t.Column_Floats),
-    t.Kind.TEXTS: (_to_text, t.Column_Texts),
-    t.Kind.BLOBS: (_to_blob, t.Column_Blobs),
-    t.Kind.BOOLS: (_to_bool, t.Column_Bools),
-    t.Kind.JSON: (_to_json, t.Column_Json),
+    t.Kind.INTS: _to_int,
+    t.Kind.FLOATS: _to_float,
+    t.Kind.TEXTS: _to_text,
+    t.Kind.BLOBS: _to_blob,
+    t.Kind.BOOLS: _to_bool,
+    t.Kind.JSON: _to_json,
 }
+_PLACEHOLDER = {t.Kind.INTS: 0, t.Kind.FLOATS: 0.0, t.Kind.TEXTS: "", t.Kind.BLOBS: b"",
+                t.Kind.BOOLS: False, t.Kind.JSON: "null"}
 
 
-def _values(column):
-    if isinstance(column, t.Column_Json):
-        return [None if v is None else json.loads(v) for v in column.value]
-    return column.value
+def _pack(kind, values):
+    """The buffers of a list holding no None; raises TypeError/OverflowError/AttributeError
+    when some value is not of the kind's type. (An int column takes bools as 0/1 and a float
+    column ints, as Python's own arithmetic does.)"""
+    if kind == t.Kind.INTS:
+        return array.array("q", values).tobytes(), b""
+    if kind == t.Kind.FLOATS:
+        return array.array("d", values).tobytes(), b""
+    if kind == t.Kind.BOOLS:
+        if set(map(type, values)) - {bool}:
+            raise TypeError("not bool")
+        return bytes(values), b""
+    if kind == t.Kind.JSON:
+        values = list(map(_to_json, values))
+    if kind == t.Kind.BLOBS:
+        if str in set(map(type, values)):
+            raise TypeError("str")
+        data = b"".join(values)
+        lengths = map(len, values)
+    else:
+        joined = "".join(values)
+        data = joined.encode("utf-8")
+        lengths = map(len, values if joined.isascii() else map(str.encode, values))
+    offsets = array.array("I", itertools.accumulate(lengths, initial=0))
+    return data, offsets.tobytes()
+
+
+def _column(results, kind, failed):
+    """The result column; values of the wrong type become that row's error (and null)."""
+    if kind != t.Kind.JSON:
+        try:
+            # The common case in C alone: no None (the packers refuse it) and every value of
+            # the kind's type.
+            data, offsets = _pack(kind, results)
+            return t.Column(kind=kind, data=data, offsets=offsets, nulls=b"")
+        except (TypeError, OverflowError, AttributeError, ValueError):
+            pass
+    is_none = list(map(operator.is_, results, itertools.repeat(None)))
+    nones = list(itertools.compress(range(len(results)), is_none)) if True in is_none else []
+    placeholder = _PLACEHOLDER[kind]
+    for i in nones:
+        results[i] = placeholder
+    try:
+        data, offsets = _pack(kind, results)
+    except (TypeError, OverflowError, AttributeError, ValueError):
+        convert, skip = _CONVERT[kind], set(nones)
+        for i, v in enumerate(results):
+            if i in skip:
+                continue
+            try:
+                results[i] = convert(v)
+            except BaseException as e:  # noqa: BLE001
+                failed(i, e)
+                results[i] = placeholder
+                nones.append(i)
+                is_none[i] = True
+        # JSON values are text by now.
+        data, offsets = _pack(t.Kind.TEXTS if kind == t.Kind.JSON else kind, results)
+    nulls = bytes(is_none) if nones else b""
+    return t.Column(kind=kind, data=data, offsets=offsets, nulls=nulls)
+
+
+def _struct(results, fields, failed):
+    """One column per field out of a dict per row; a None row is null as a whole."""
+    nulls = b""
+    if set(map(type, results)) != {dict}:
+        flags = bytearray(len(results))
+        for i, r in enumerate(results):
+            if isinstance(r, dict):
+                continue
+            if r is not None:
+                failed(i, TypeError(f"returned {type(r).__name__}, the column holds a struct "
+                                    "(a dict keyed by its fields)"))
+            flags[i] = 1
+            results[i] = {}
+        nulls = bytes(flags) if any(flags) else b""
+
+    def failed_in(name):
+        return lambda row, e: failed(row, e, f"field '{name}': ")
+
+    columns = [
+        _column(list(map(dict.get, results, itertools.repeat(name))), kind, failed_in(name))
+        for name, kind in fields
+    ]
+    return columns, nulls
 
 
 class WitWorld(wit_world.WitWorld):
@@ -209,24 +349,44 @@ class WitWorld(wit_world.WitWorld):
         WitWorld.entry = fn
         return _signature(fn)
 
-    def call(self, args, rows, returns, stop_at_first_error):
+    def call(self, args, rows, returns, fields, stop_at_first_error):
         fn = WitWorld.entry
         if fn is None:
             raise Err("no function loaded")
-        convert, make = _CONVERT[returns]
         columns = [_values(c) for c in args]
-        out = [None] * rows
         errors = []
-        for i, row in enumerate(zip(*columns) if columns else ((),) * rows):
-            try:
-                value = fn(*row)
-                if value is not None:
-                    out[i] = convert(value)
-            except BaseException as e:  # noqa: BLE001 - SystemExit and friends are row errors too
-                if stop_at_first_error:
-                    raise Err(f"row {i}: {_describe(e)}")
-                errors.append(t.RowError(row=i, message=_describe(e)))
-        return t.Output(values=make(value=out), errors=errors)
+
+        def failed(row, e, where=""):
+            if stop_at_first_error:
+                raise Err(f"row {row}: {where}{_describe(e)}")
+            errors.append(t.RowError(row=row, message=where + _describe(e)))
+
+        # All rows through `map` (the loop runs in C); if a row raises, the batch is run again
+        # row by row, recording each raising row and going on. So a function may be called
+        # more than once for a row: UDFs are meant to be pure (a backfill retry re-runs rows
+        # too).
+        try:
+            if columns:
+                results = list(map(fn, *columns))
+            else:
+                results = [fn() for _ in range(rows)]
+        except BaseException:  # noqa: BLE001
+            results = []
+            rows_iter = iter(zip(*columns) if columns else [()] * rows)
+            while True:
+                try:
+                    for row in rows_iter:
+                        results.append(fn(*row))
+                    break
+                except BaseException as e:  # noqa: BLE001 - SystemExit too is a row error
+                    failed(len(results), e)
+                    results.append(None)
+        if fields:
+            values, nulls = _struct(results, fields, failed)
+        else:
+            values, nulls = [_column(results, returns, failed)], b""
+        errors.sort(key=lambda e: e.row)
+        return t.Output(values=values, nulls=nulls, errors=errors)
 
 
 def _signature(fn):

@@ -34,8 +34,9 @@ pub(crate) struct PyInstance {
 
 /// What a call produced while the instance stayed healthy.
 pub(crate) enum CallResult {
-    /// One value per row (null where the row raised) and the rows that raised.
-    Values(Column, Vec<RowError>),
+    /// The result column (or a struct's field columns and its own nulls), null where a row
+    /// raised, and the rows that raised.
+    Values(Vec<Column>, Vec<u8>, Vec<RowError>),
     /// The call ended with a Python exception (the first raising row, when it stops there).
     Raised(String),
 }
@@ -94,11 +95,13 @@ impl PyInstance {
         }))
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn call(
         &mut self,
         args: &[Column],
         rows: usize,
         kind: Kind,
+        fields: &[(String, Kind)],
         stop_at_first_error: bool,
         limits: &Limits,
         udf: &str,
@@ -108,13 +111,25 @@ impl PyInstance {
             .map_err(|_| UdfError::BadInput(format!("{rows} rows in one call")))?;
         let out = self
             .runner
-            .call_call(&mut self.store, args, rows32, kind, stop_at_first_error)
+            .call_call(
+                &mut self.store,
+                args,
+                rows32,
+                kind,
+                fields,
+                stop_at_first_error,
+            )
             .map_err(|e| self.failed(e, udf, limits))?;
         let out = match out {
             Ok(out) => out,
             Err(message) => return Ok(CallResult::Raised(message)),
         };
-        let size = super::columns::byte_size(&out.values)
+        let size = out
+            .values
+            .iter()
+            .map(super::columns::byte_size)
+            .sum::<usize>()
+            + out.nulls.len()
             + out.errors.iter().map(|e| e.message.len()).sum::<usize>();
         if size > limits.max_output_bytes {
             return Err(UdfError::OutputTooLarge {
@@ -123,6 +138,6 @@ impl PyInstance {
                 limit: limits.max_output_bytes,
             });
         }
-        Ok(CallResult::Values(out.values, out.errors))
+        Ok(CallResult::Values(out.values, out.nulls, out.errors))
     }
 }

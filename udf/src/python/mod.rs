@@ -243,6 +243,7 @@ impl Runtime {
         };
         let stop_at_first = udf.spec.on_error == OnError::Fail;
         let kind = columns::kind_for(expected);
+        let fields = columns::struct_fields(expected);
         let discard = |e| {
             self.inner
                 .counters
@@ -255,6 +256,7 @@ impl Runtime {
                 &args,
                 chunk.num_rows(),
                 kind,
+                &fields,
                 stop_at_first,
                 limits,
                 &udf.label,
@@ -268,13 +270,11 @@ impl Runtime {
                     message,
                 })
             }
-            CallResult::Values(values, errors) => {
-                let array =
-                    columns::from_wit(values, chunk.num_rows(), expected).map_err(|reason| {
-                        UdfError::BadOutput {
-                            udf: udf.label.clone(),
-                            reason,
-                        }
+            CallResult::Values(values, nulls, errors) => {
+                let array = columns::from_output(values, nulls, chunk.num_rows(), expected)
+                    .map_err(|reason| UdfError::BadOutput {
+                        udf: udf.label.clone(),
+                        reason,
                     })?;
                 host.pool.put(tenant, &udf.instance_key, instance);
                 Ok((array, errors))

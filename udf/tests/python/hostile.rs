@@ -87,6 +87,10 @@ fn files_sockets_processes_and_ctypes_are_refused() {
         ),
         ("import sys\ndef f(x):\n    sys.exit(3)\n", "SystemExit"),
         (
+            "import time\ndef f(x):\n    return int(time.time())\n",
+            "PermissionError: time.time",
+        ),
+        (
             "import subprocess\ndef f(x):\n    return 1\n",
             "ModuleNotFoundError: module 'subprocess'",
         ),

@@ -204,3 +204,38 @@ fn definition_errors_are_pythons_own() {
     assert!(sig.signature().check_arity(1).is_ok() && sig.signature().check_arity(2).is_ok());
     assert!(sig.signature().check_arity(3).is_err());
 }
+
+#[test]
+fn a_struct_of_scalars_crosses_field_by_field() {
+    let source = "def parts(email):\n    if '@' not in email:\n        return None\n    user, domain = email.split('@')\n    if user == 'n':\n        return {'user': 1, 'domain': domain}\n    return {'user': user, 'domain': domain}\n";
+    let mut s = spec(source, "parts");
+    s.on_error = OnError::Null;
+    let udf = runtime().prepare_python(&s).unwrap();
+    let out_type = DataType::Struct(
+        vec![
+            Field::new("user", DataType::Utf8, true),
+            Field::new("domain", DataType::LargeUtf8, true),
+        ]
+        .into(),
+    );
+    let input = batch(vec![(
+        "email",
+        Arc::new(StringArray::from(vec!["ann@ex.org", "nobody", "n@x.io"])) as ArrayRef,
+    )]);
+    let out = call(&udf, "t1", &input, &out_type).unwrap();
+    assert_eq!(out.array.data_type(), &out_type);
+    let s = out.array.as_struct();
+    assert_eq!(s.column(0).as_string::<i32>().value(0), "ann");
+    assert_eq!(s.column(1).as_string::<i64>().value(0), "ex.org");
+    assert!(s.is_null(1), "None is a null row");
+    assert!(s.column(0).is_null(2), "a wrong-typed field is null");
+    assert_eq!(s.column(1).as_string::<i64>().value(2), "x.io");
+    assert_eq!(out.failures.len(), 1);
+    assert!(
+        out.failures[0]
+            .message
+            .starts_with("field 'user': TypeError: returned int"),
+        "{}",
+        out.failures[0].message
+    );
+}
