@@ -47,6 +47,7 @@ def test_seed_payload_backfilled_equals_f_of_each_row(lancet):
     for column in ("slug", "score"):
         job = db.open_job(lancet.post("/v1/table/test$py/backfill_column", {"column": column})["job_id"])
         assert job.wait() is None
+        assert job.status() == "finished"
         assert job.result["rows_written"] == 300
     rows = db.open_table("py").search().select(["id", "title", "slug", "score"]).limit(1000).to_arrow().to_pylist()
     assert len(rows) == 300
