@@ -22,7 +22,7 @@ fn python_column(source: &str, name: &str, inputs: &[&str]) -> Value {
     })
 }
 
-async fn add(s: &Server, table: &str, column: &str, vc: Value) -> (u16, Value) {
+async fn add(s: &Handle, table: &str, column: &str, vc: Value) -> (u16, Value) {
     s.post(
         &format!("/v1/table/{table}/add_columns"),
         json!({"new_columns": [{"name": column, "virtual_column": vc}]}),
@@ -246,4 +246,45 @@ async fn altering_swaps_the_source_and_switches_language() {
     let d = s.ok("/v1/table/al/describe", json!({})).await;
     assert_eq!(d["virtual_columns"]["c"]["udf_backend"], "wasm", "{d}");
     assert!(d["virtual_columns"]["c"].get("python").is_none(), "{d}");
+}
+
+#[tokio::test]
+async fn a_hostile_python_function_is_contained_per_tenant() {
+    let data = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(data.path().join("_auth")).unwrap();
+    std::fs::write(
+        data.path().join("_auth/auth.toml"),
+        "[tenants.mallory.udf]\ntimeout_ms = 300\n",
+    )
+    .unwrap();
+    let s = Server::start_with(data, &[]).await;
+    let mallory = s.with_key(&s.new_key("mallory", "write", &[]).await);
+    let alice = s.with_key(&s.new_key("alice", "write", &[]).await);
+    for h in [&mallory, &alice] {
+        let (st, b) = h.post_arrow("/v1/table/t/create", &sample(0, 50)).await;
+        assert_eq!(st, 200, "{b}");
+    }
+    let spin = python_column(
+        "def spin(id) -> int:\n    while True:\n        pass\n",
+        "spin",
+        &["id"],
+    );
+    let (st, b) = add(&mallory, "t", "spin", spin).await;
+    assert_eq!(st, 200, "{b}");
+    let job = mallory.backfill("t", json!({"column": "spin"})).await;
+    let ok = python_column("def inc(id) -> int:\n    return id + 1\n", "inc", &["id"]);
+    let (st, b) = add(&alice, "t", "inc", ok).await;
+    assert_eq!(st, 200, "{b}");
+    let theirs = alice.backfill("t", json!({"column": "inc"})).await;
+    let d = mallory.wait_job(&job).await;
+    assert_eq!(d["job_state"], "FAILED", "{d}");
+    assert!(d.to_string().contains("time limit"), "{d}");
+    let d = alice.wait_job(&theirs).await;
+    assert_eq!(d["job_state"], "DONE", "{d}");
+    let rows = alice
+        .query("t", json!({"columns": ["id", "inc"], "limit": 100}))
+        .await;
+    for (id, v) in int_pairs(&rows, "inc") {
+        assert_eq!(v, Some(id + 1), "id {id}");
+    }
 }

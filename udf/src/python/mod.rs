@@ -84,11 +84,20 @@ pub(crate) struct PythonHost {
     prepared: Mutex<HashMap<[u8; 32], Arc<PreparedPython>>>,
 }
 
+/// Idle interpreters kept, in all: each holds tens of MiB of heap (a Wasm module's instance a
+/// few hundred KiB), so fewer are kept than of Wasm guests.
+const MAX_IDLE_PYTHON: usize = 16;
+/// Idle interpreters kept per (tenant, function): enough for a backfill's parallel calls.
+const MAX_IDLE_PYTHON_PER_KEY: usize = 4;
+
 impl PythonHost {
     pub(crate) fn new(config: Option<PythonRunnerConfig>, max_idle_per_key: usize) -> Self {
         Self {
             runner: RunnerSlot::new(config),
-            pool: InstancePool::new(max_idle_per_key, 64),
+            pool: InstancePool::new(
+                max_idle_per_key.min(MAX_IDLE_PYTHON_PER_KEY),
+                MAX_IDLE_PYTHON,
+            ),
             prepared: Mutex::default(),
         }
     }

@@ -105,6 +105,19 @@ fn files_sockets_processes_and_ctypes_are_refused() {
 }
 
 #[test]
+fn a_stubbed_host_call_traps_and_only_that_instance_goes() {
+    // datetime.now() reads the clock in C, past the runner's Python-level guards: the stubbed
+    // WASI call traps. The instance is dropped; the next call gets a fresh one.
+    let source = "import datetime\ndef f(x):\n    return datetime.datetime.now().year\n";
+    let udf = prepare(source, "f");
+    for _ in 0..2 {
+        let err = call(&udf, "hostile", &one_row(), &DataType::Int64).unwrap_err();
+        assert!(matches!(err, UdfError::Trap { .. }), "{err}");
+    }
+    still_serving();
+}
+
+#[test]
 fn the_environment_is_only_what_was_bound() {
     let source = "import os\ndef f(x):\n    return ','.join(sorted(os.environ))\n";
     let mut with_env = spec(source, "f");
