@@ -1,16 +1,18 @@
 //! Where tables live. The catalog is lance-namespace's `DirectoryNamespace` in manifest mode,
-//! so any Lance client pointed at the same root sees the same namespaces and tables. Lancet
-//! adds a location cache (table id -> URI) so data-plane requests do not read the
-//! `__manifest` table each time; entries are dropped whenever this server changes the catalog,
-//! and a stale entry (table dropped by another process) surfaces as "not found" on open.
+//! so any Lance client pointed at the same root sees the same namespaces and tables. Lookups
+//! and listings are answered from an in-memory snapshot of its `__manifest` table
+//! (`snapshot.rs`), rebuilt whenever that table changes, whoever changed it; changes go to the
+//! namespace itself.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use lance::session::Session;
 use lance_namespace::models::{
-    CreateNamespaceRequest, DeregisterTableRequest, DescribeTableRequest, NamespaceExistsRequest,
-    RegisterTableRequest, TableExistsRequest,
+    CreateNamespaceRequest, DeregisterTableRequest, DescribeNamespaceRequest,
+    DescribeNamespaceResponse, DescribeTableRequest, ListNamespacesRequest,
+    ListNamespacesResponse, ListTablesRequest, ListTablesResponse, NamespaceExistsRequest,
+    RegisterTableRequest,
 };
 use lance_namespace::{ErrorCode, LanceNamespace};
 use lance_namespace_impls::DirectoryNamespaceBuilder;
@@ -20,21 +22,33 @@ use crate::root::RootStore;
 
 pub mod batch;
 mod lock;
+pub mod snapshot;
 
 pub use lock::{CatalogGuard, CatalogLock};
+
+/// A table's entry: where it is and what the namespace stores with it.
+#[derive(Clone, Debug)]
+pub struct TableEntry {
+    /// Full URI.
+    pub location: String,
+    pub properties: Option<HashMap<String, String>>,
+    pub storage_options: Option<HashMap<String, String>>,
+}
+
+#[derive(Clone)]
+struct Resolved {
+    location: String,
+    storage_options: Option<HashMap<String, String>>,
+}
 
 pub struct Catalog {
     ns: Arc<dyn LanceNamespace>,
     root: String,
-    /// Table id -> location, with the version of the catalog's `__manifest` table it was read
-    /// at (0 when the root is not shared).
-    locations: Mutex<HashMap<Vec<String>, (String, u64)>>,
-    /// When other nodes share the root: the catalog's own table, whose latest version is
-    /// checked before a cached location is trusted (a drop, rename or re-create by another
-    /// node moves it on).
-    manifest: Option<Mutex<Option<Arc<lance::Dataset>>>>,
-    session: Arc<Session>,
-    storage_options: HashMap<String, String>,
+    /// The `__manifest` table in memory.
+    snapshots: snapshot::Snapshots,
+    /// A stored (relative) table location -> its full URI and the storage options the
+    /// namespace answers with it: both depend only on the root, so each is asked once.
+    resolved: Mutex<HashMap<String, Resolved>>,
     /// Namespaces known to exist (database namespaces are created on first use).
     known_namespaces: Mutex<HashSet<Vec<String>>>,
     /// Serialises catalog changes against each other, on every node sharing the root.
@@ -53,7 +67,7 @@ impl Catalog {
         session: Arc<Session>,
         options: &HashMap<String, String>,
         node: &str,
-        shared: bool,
+        _shared: bool,
     ) -> ApiResult<Self> {
         // Manifest only: in dual mode a deregistered root-level table stays visible through
         // directory listing, so the `__manifest` table is the single source of truth.
@@ -68,10 +82,13 @@ impl Catalog {
         let catalog = Self {
             ns: Arc::new(ns),
             root: root.to_string(),
-            locations: Mutex::default(),
-            manifest: shared.then(Default::default),
-            session: session.clone(),
-            storage_options: options.clone(),
+            snapshots: snapshot::Snapshots::new(
+                root,
+                state.is_local(),
+                session.clone(),
+                options.clone(),
+            ),
+            resolved: Mutex::default(),
             known_namespaces: Mutex::default(),
             commit_lock: CatalogLock::new(state.clone(), node.to_string()),
             intents: batch::Intents::new(state.clone()),
@@ -121,26 +138,29 @@ impl Catalog {
 
     /// The storage location of table `id`; 404 `TableNotFound` when the catalog has no such table.
     pub async fn locate(&self, id: &[String]) -> ApiResult<String> {
+        Ok(self.describe_table(id).await?.location)
+    }
+
+    /// Table `id`'s entry; 404 `TableNotFound` when the catalog has no such table.
+    pub async fn describe_table(&self, id: &[String]) -> ApiResult<TableEntry> {
         if id.is_empty() {
             return Err(ApiError::invalid("a table id is required"));
         }
-        let catalog_version = self.catalog_version().await?;
-        let cached = self.locations.lock().unwrap().get(id).cloned();
-        if let Some((loc, at)) = cached
-            && at == catalog_version
-        {
-            return Ok(loc);
-        }
-        // `describe_table` of a root-level table falls back to directory listing, which does not
-        // see a deregistration; `table_exists` does.
-        let exists = TableExistsRequest {
-            id: Some(id.to_vec()),
-            ..Default::default()
-        };
-        self.ns
-            .table_exists(exists)
+        let object_id = id.join(snapshot::DELIMITER);
+        let found = self
+            .snapshot()
             .await
-            .map_err(|e| not_found_as_table(e, id))?;
+            .and_then(|s| s.tables.get(&object_id).cloned());
+        if let Some(entry) = found {
+            let known = self.resolved.lock().unwrap().get(&entry.location).cloned();
+            if let Some(r) = known {
+                return Ok(TableEntry {
+                    location: r.location,
+                    properties: entry.properties,
+                    storage_options: r.storage_options,
+                });
+            }
+        }
         let request = DescribeTableRequest {
             id: Some(id.to_vec()),
             load_detailed_metadata: Some(false),
@@ -154,38 +174,110 @@ impl Catalog {
         let location = response
             .location
             .ok_or_else(|| ApiError::table_not_found(&id.join(".")))?;
-        self.locations
-            .lock()
-            .unwrap()
-            .insert(id.to_vec(), (location.clone(), catalog_version));
-        Ok(location)
+        // Remembered by the stored location, which the snapshot knows the table by.
+        if let Some(entry) = self
+            .snapshot()
+            .await
+            .and_then(|s| s.tables.get(&object_id).cloned())
+        {
+            self.resolved.lock().unwrap().insert(
+                entry.location,
+                Resolved {
+                    location: location.clone(),
+                    storage_options: response.storage_options.clone(),
+                },
+            );
+        }
+        Ok(TableEntry {
+            location,
+            properties: response.properties,
+            storage_options: response.storage_options,
+        })
     }
 
-    /// The latest version of the catalog's `__manifest` table when the root is shared (every
-    /// catalog change on any node commits one), else 0. One version check, like the one every
-    /// request makes of its table.
-    async fn catalog_version(&self) -> ApiResult<u64> {
-        let Some(manifest) = &self.manifest else {
-            return Ok(0);
-        };
-        let opened = manifest.lock().unwrap().clone();
-        let ds = match opened {
-            Some(ds) => ds,
-            None => {
-                let uri = format!("{}/__manifest", self.root.trim_end_matches('/'));
-                let loaded = lance::dataset::builder::DatasetBuilder::from_uri(&uri)
-                    .with_session(self.session.clone())
-                    .with_storage_options(self.storage_options.clone())
-                    .load()
-                    .await;
-                // No catalog table yet: nothing is cached either.
-                let Ok(ds) = loaded else { return Ok(0) };
-                let ds = Arc::new(ds);
-                *manifest.lock().unwrap() = Some(ds.clone());
-                ds
+    /// The snapshot, or `None` (the namespace is asked instead) when there is none yet or it
+    /// cannot be read.
+    async fn snapshot(&self) -> Option<Arc<snapshot::Snapshot>> {
+        match self.snapshots.get().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, root = %self.root, "catalog snapshot unavailable");
+                None
             }
-        };
-        ds.latest_version_id().await.map_err(ApiError::from)
+        }
+    }
+
+    /// `namespace_exists`, from the snapshot when it knows the namespace.
+    pub async fn namespace_exists(&self, request: NamespaceExistsRequest) -> lance_core::Result<()> {
+        if let Some(id) = &request.id
+            && (id.is_empty() || self.knows_namespace(id).await)
+        {
+            return Ok(());
+        }
+        self.ns.namespace_exists(request).await
+    }
+
+    async fn knows_namespace(&self, id: &[String]) -> bool {
+        id.is_empty()
+            || self
+                .snapshot()
+                .await
+                .is_some_and(|s| s.namespaces.contains_key(&id.join(snapshot::DELIMITER)))
+    }
+
+    /// `describe_namespace`, from the snapshot when it knows the namespace.
+    pub async fn describe_namespace(
+        &self,
+        request: DescribeNamespaceRequest,
+    ) -> lance_core::Result<DescribeNamespaceResponse> {
+        if let Some(id) = request.id.as_ref().filter(|id| !id.is_empty())
+            && let Some(s) = self.snapshot().await
+            && let Some(properties) = s.namespaces.get(&id.join(snapshot::DELIMITER))
+        {
+            return Ok(DescribeNamespaceResponse {
+                properties: properties.clone(),
+                ..Default::default()
+            });
+        }
+        self.ns.describe_namespace(request).await
+    }
+
+    /// `list_namespaces`, from the snapshot when it knows the parent.
+    pub async fn list_namespaces(
+        &self,
+        request: ListNamespacesRequest,
+    ) -> lance_core::Result<ListNamespacesResponse> {
+        if let Some(parent) = request.id.clone()
+            && self.knows_namespace(&parent).await
+            && let Some(s) = self.snapshot().await
+        {
+            let names = snapshot::Snapshot::children(&s.namespaces, &parent);
+            let (names, token) = paginate(names, request.page_token, request.limit);
+            let mut response = ListNamespacesResponse::new(names);
+            response.page_token = token;
+            return Ok(response);
+        }
+        self.ns.list_namespaces(request).await
+    }
+
+    /// `list_tables`, from the snapshot when it knows the namespace (and declared tables are
+    /// not to be left out: that needs a look at each table's files).
+    pub async fn list_tables(
+        &self,
+        request: ListTablesRequest,
+    ) -> lance_core::Result<ListTablesResponse> {
+        if let Some(parent) = request.id.clone()
+            && request.include_declared != Some(false)
+            && self.knows_namespace(&parent).await
+            && let Some(s) = self.snapshot().await
+        {
+            let names = snapshot::Snapshot::children(&s.tables, &parent);
+            let (names, token) = paginate(names, request.page_token, request.limit);
+            let mut response = ListTablesResponse::new(names);
+            response.page_token = token;
+            return Ok(response);
+        }
+        self.ns.list_tables(request).await
     }
 
     /// Locations inside the root, as register wants them: relative to the root. Deregister
@@ -203,13 +295,11 @@ impl Catalog {
         location.to_string()
     }
 
-    /// Forget a cached location after this server changed or removed the table's entry.
-    pub fn invalidate(&self, id: &[String]) {
-        self.locations.lock().unwrap().remove(id);
-    }
+    /// Lookups follow the `__manifest` table by themselves; what is left to forget after
+    /// this server changed a table's entry is nothing (kept for the callers' clarity).
+    pub fn invalidate(&self, _id: &[String]) {}
 
     pub fn invalidate_all(&self) {
-        self.locations.lock().unwrap().clear();
         self.known_namespaces.lock().unwrap().clear();
     }
 
@@ -222,7 +312,6 @@ impl Catalog {
         for depth in 1..=id.len() {
             let level = id[..depth].to_vec();
             let exists = self
-                .ns
                 .namespace_exists(NamespaceExistsRequest {
                     id: Some(level.clone()),
                     ..Default::default()
@@ -309,6 +398,25 @@ impl Catalog {
             )));
         }
         Ok(relative)
+    }
+}
+
+/// One page of sorted `names`, as lance-namespace pages them: after the name `token`, at most
+/// `limit`; the next token is the page's last name when more follow.
+fn paginate(
+    names: Vec<&str>,
+    token: Option<String>,
+    limit: Option<i32>,
+) -> (Vec<String>, Option<String>) {
+    let start = token.map_or(0, |t| names.partition_point(|n| *n <= t.as_str()));
+    let rest = &names[start..];
+    match limit.filter(|l| *l >= 0).map(|l| l as usize) {
+        Some(limit) if rest.len() > limit => {
+            let page: Vec<String> = rest[..limit].iter().map(|n| n.to_string()).collect();
+            let next = page.last().cloned();
+            (page, next)
+        }
+        _ => (rest.iter().map(|n| n.to_string()).collect(), None),
     }
 }
 

@@ -95,19 +95,18 @@ pub async fn list(Model(target, mut request): Model<ListNamespacesRequest>) -> A
     )?;
     request.limit = limit.map(|l| l as i32);
     request.page_token = token;
-    answer(target.catalog.ns().list_namespaces(request).await)
+    answer(target.catalog.list_namespaces(request).await)
 }
 
 pub async fn describe(
     Model(target, request): Model<DescribeNamespaceRequest>,
 ) -> ApiResult<Response> {
-    answer(target.catalog.ns().describe_namespace(request).await)
+    answer(target.catalog.describe_namespace(request).await)
 }
 
 pub async fn exists(Model(target, request): Model<NamespaceExistsRequest>) -> ApiResult<Response> {
     target
         .catalog
-        .ns()
         .namespace_exists(request)
         .await
         .map_err(ApiError::from)?;
@@ -131,7 +130,6 @@ pub async fn drop(
         .is_some_and(|b| b.eq_ignore_ascii_case("cascade"));
     let exists = target
         .catalog
-        .ns()
         .namespace_exists(NamespaceExistsRequest {
             id: Some(target.id.clone()),
             ..Default::default()
@@ -181,7 +179,6 @@ async fn drop_contents(app: &AppState, catalog: &Catalog, id: &[String]) -> ApiR
         ..Default::default()
     };
     let tables = catalog
-        .ns()
         .list_tables(request)
         .await
         .map_err(ApiError::from)?
@@ -211,7 +208,6 @@ async fn list_all_namespaces(catalog: &Catalog, id: &[String]) -> ApiResult<Vec<
         ..Default::default()
     };
     Ok(catalog
-        .ns()
         .list_namespaces(request)
         .await
         .map_err(ApiError::from)?
@@ -232,5 +228,5 @@ pub async fn list_tables(
     if request.include_declared.is_none() {
         request.include_declared = target.params.bool("include_declared")?;
     }
-    answer(target.catalog.ns().list_tables(request).await)
+    answer(target.catalog.list_tables(request).await)
 }

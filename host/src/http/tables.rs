@@ -5,7 +5,7 @@ use axum::extract::State;
 use axum::response::Response;
 use bytes::Bytes;
 use lance_namespace::models::{
-    CreateTableRequest, DeclareTableRequest, DeregisterTableRequest, DescribeTableRequest,
+    CreateTableRequest, DeclareTableRequest, DeregisterTableRequest,
     DropTableRequest, GetTableStatsRequest, ListNamespacesRequest, ListTablesRequest,
     RegisterTableRequest, RenameTableRequest, RenameTableResponse,
 };
@@ -170,21 +170,8 @@ pub async fn describe(
         .vend_credentials
         .or(target.params.bool("vend_credentials")?);
     let vended = super::vend::storage_options(&app, vend)?;
-    let request = DescribeTableRequest {
-        id: Some(target.id.clone()),
-        load_detailed_metadata: Some(false),
-        ..Default::default()
-    };
-    let entry = target
-        .catalog
-        .ns()
-        .describe_table(request)
-        .await
-        .map_err(|e| not_found_as_table(e, &target.id))?;
-    let location = entry
-        .location
-        .clone()
-        .ok_or_else(|| ApiError::table_not_found(&target.name()))?;
+    let entry = target.catalog.describe_table(&target.id).await?;
+    let location = entry.location.clone();
     let version = body.version.or(target.params.int("version")?);
     let branch = target.branch(&body.common.branch);
     let tag = body
@@ -390,7 +377,7 @@ pub async fn list_database(target: Target) -> ApiResult<Response> {
         include_declared: target.params.bool("include_declared")?,
         ..Default::default()
     };
-    answer(target.catalog.ns().list_tables(request).await)
+    answer(target.catalog.list_tables(request).await)
 }
 
 /// ListAllTables: the tables of every namespace below the caller's root (its database, if
@@ -406,13 +393,13 @@ pub async fn list_all(target: Target) -> ApiResult<Response> {
         .unwrap_or("$")
         .to_string();
     let include_declared = target.params.bool("include_declared")?;
-    let ns = target.catalog.ns();
+    let catalog = &target.catalog;
     let mut names = Vec::new();
     let mut pending: Vec<Vec<String>> = vec![Vec::new()];
     while let Some(relative) = pending.pop() {
         let mut id = target.id.clone();
         id.extend(relative.iter().cloned());
-        let tables = ns
+        let tables = catalog
             .list_tables(ListTablesRequest {
                 id: Some(id.clone()),
                 include_declared,
@@ -426,7 +413,7 @@ pub async fn list_all(target: Target) -> ApiResult<Response> {
             name.push(t);
             names.push(name.join(&delimiter));
         }
-        let children = ns
+        let children = catalog
             .list_namespaces(ListNamespacesRequest {
                 id: Some(id),
                 ..Default::default()
