@@ -256,4 +256,28 @@ async fn list_all_tables_walks_every_namespace() {
         ))
         .await;
     assert_eq!(page2["tables"], json!(["c$t3", "top"]));
+    // The same from the catalog snapshot (declared tables included): delimiter and pages.
+    let (_, dotted) = s.get("/v1/table?delimiter=.").await;
+    assert_eq!(
+        dotted["tables"],
+        json!(["a.b.t2", "a.t1", "c.declared", "c.t3", "top"])
+    );
+    let (_, page1) = s.get("/v1/table?limit=3").await;
+    assert_eq!(page1["tables"], json!(["a$b$t2", "a$t1", "c$declared"]));
+    let token = page1["page_token"].as_str().unwrap();
+    let (_, page2) = s
+        .get(&format!("/v1/table?limit=3&page_token={token}"))
+        .await;
+    assert_eq!(page2["tables"], json!(["c$t3", "top"]));
+    assert!(page2["page_token"].is_null(), "{page2}");
+    // A database's own view: the tables below namespace `a`, named from there.
+    let r = s
+        .client
+        .get(s.url("/v1/table"))
+        .header("x-lancedb-database", "a")
+        .send()
+        .await
+        .unwrap();
+    let below: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(below["tables"], json!(["b$t2", "t1"]), "{below}");
 }

@@ -10,9 +10,8 @@ use std::sync::{Arc, Mutex};
 use lance::session::Session;
 use lance_namespace::models::{
     CreateNamespaceRequest, DeregisterTableRequest, DescribeNamespaceRequest,
-    DescribeNamespaceResponse, DescribeTableRequest, ListNamespacesRequest,
-    ListNamespacesResponse, ListTablesRequest, ListTablesResponse, NamespaceExistsRequest,
-    RegisterTableRequest,
+    DescribeNamespaceResponse, DescribeTableRequest, ListNamespacesRequest, ListNamespacesResponse,
+    ListTablesRequest, ListTablesResponse, NamespaceExistsRequest, RegisterTableRequest,
 };
 use lance_namespace::{ErrorCode, LanceNamespace};
 use lance_namespace_impls::DirectoryNamespaceBuilder;
@@ -208,7 +207,10 @@ impl Catalog {
     }
 
     /// `namespace_exists`, from the snapshot when it knows the namespace.
-    pub async fn namespace_exists(&self, request: NamespaceExistsRequest) -> lance_core::Result<()> {
+    pub async fn namespace_exists(
+        &self,
+        request: NamespaceExistsRequest,
+    ) -> lance_core::Result<()> {
         if let Some(id) = &request.id
             && (id.is_empty() || self.knows_namespace(id).await)
         {
@@ -258,6 +260,33 @@ impl Catalog {
             return Ok(response);
         }
         self.ns.list_namespaces(request).await
+    }
+
+    /// Every table below namespace `root` (at any depth, in namespaces that exist), named by
+    /// its id from `root` joined with `delimiter`, sorted; `None` when the snapshot cannot
+    /// answer (the caller walks the namespaces instead).
+    pub async fn list_all_tables(&self, root: &[String], delimiter: &str) -> Option<Vec<String>> {
+        if !self.knows_namespace(root).await {
+            return None;
+        }
+        let s = self.snapshot().await?;
+        let prefix = match root {
+            [] => String::new(),
+            r => format!("{}{}", r.join(snapshot::DELIMITER), snapshot::DELIMITER),
+        };
+        let mut names: Vec<String> = s
+            .tables
+            .range(prefix.clone()..)
+            .map(|(id, _)| id)
+            .take_while(|id| id.starts_with(&prefix))
+            .filter(|id| match id.rfind(snapshot::DELIMITER) {
+                Some(end) => s.namespaces.contains_key(&id[..end]),
+                None => true,
+            })
+            .map(|id| id[prefix.len()..].replace(snapshot::DELIMITER, delimiter))
+            .collect();
+        names.sort();
+        Some(names)
     }
 
     /// `list_tables`, from the snapshot when it knows the namespace (and declared tables are
@@ -431,4 +460,28 @@ pub fn not_found_as_table(err: lance_core::Error, id: &[String]) -> ApiError {
         );
     }
     api
+}
+
+#[cfg(test)]
+mod tests {
+    use super::paginate;
+
+    #[test]
+    fn pages_follow_lance_namespaces_tokens() {
+        let names = vec!["a", "b", "c", "d"];
+        assert_eq!(
+            paginate(names.clone(), None, Some(2)),
+            (vec!["a".into(), "b".into()], Some("b".into()))
+        );
+        assert_eq!(
+            paginate(names.clone(), Some("b".into()), Some(2)),
+            (vec!["c".into(), "d".into()], None)
+        );
+        assert_eq!(
+            paginate(names.clone(), Some("bb".into()), None),
+            (vec!["c".into(), "d".into()], None)
+        );
+        assert_eq!(paginate(names.clone(), None, Some(0)), (vec![], None));
+        assert_eq!(paginate(names, Some("z".into()), Some(1)), (vec![], None));
+    }
 }

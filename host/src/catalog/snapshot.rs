@@ -258,10 +258,7 @@ mod tests {
         }
         assert_eq!(Snapshot::children(&map, &[]), ["a", "ab", "b"]);
         assert_eq!(Snapshot::children(&map, &["a".into()]), ["b", "d"]);
-        assert_eq!(
-            Snapshot::children(&map, &["a".into(), "b".into()]),
-            ["c"]
-        );
+        assert_eq!(Snapshot::children(&map, &["a".into(), "b".into()]), ["c"]);
         assert!(Snapshot::children(&map, &["zz".into()]).is_empty());
     }
 }

@@ -5,9 +5,9 @@ use axum::extract::State;
 use axum::response::Response;
 use bytes::Bytes;
 use lance_namespace::models::{
-    CreateTableRequest, DeclareTableRequest, DeregisterTableRequest,
-    DropTableRequest, GetTableStatsRequest, ListNamespacesRequest, ListTablesRequest,
-    RegisterTableRequest, RenameTableRequest, RenameTableResponse,
+    CreateTableRequest, DeclareTableRequest, DeregisterTableRequest, DropTableRequest,
+    GetTableStatsRequest, ListNamespacesRequest, ListTablesRequest, RegisterTableRequest,
+    RenameTableRequest, RenameTableResponse,
 };
 use serde::Deserialize;
 use serde_json::json;
@@ -394,6 +394,19 @@ pub async fn list_all(target: Target) -> ApiResult<Response> {
         .to_string();
     let include_declared = target.params.bool("include_declared")?;
     let catalog = &target.catalog;
+    let from_snapshot = match include_declared {
+        Some(false) => None,
+        _ => catalog.list_all_tables(&target.id, &delimiter).await,
+    };
+    if let Some(names) = from_snapshot {
+        let (tables, next) = paginate(
+            names.into_iter().map(|n| (n, ())).collect(),
+            limit,
+            token.as_deref(),
+        );
+        let tables: Vec<String> = tables.into_iter().map(|(n, _)| n).collect();
+        return Ok(reply(json!({ "tables": tables, "page_token": next })));
+    }
     let mut names = Vec::new();
     let mut pending: Vec<Vec<String>> = vec![Vec::new()];
     while let Some(relative) = pending.pop() {
