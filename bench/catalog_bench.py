@@ -15,24 +15,18 @@ import json
 import os
 import re
 import statistics
-import subprocess
 import tempfile
 import time
 
-KEY = "bench-key"
+import served
+from served import KEY
 NAMESPACES = 100
 
 
 class Server:
     def __init__(self, binary, root):
-        self.proc = subprocess.Popen(
-            [binary, "serve", "--addr", "127.0.0.1:0", "--data", root, "--upkeep", "false"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-            env={**os.environ, "LANCET_BOOTSTRAP_KEY": KEY})
-        line = self.proc.stdout.readline().strip()
-        while line and not line.startswith("listening on "):
-            line = self.proc.stdout.readline().strip()
-        host, port = line[len("listening on http://"):].split(":")
+        self.proc, base = served.start(binary, root)
+        host, port = base[len("http://"):].split(":")
         self.conn = http.client.HTTPConnection(host, int(port))
 
     def call(self, method, path, body=None, ctype="application/json"):

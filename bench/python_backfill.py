@@ -13,7 +13,6 @@ import argparse
 import base64
 import json
 import os
-import subprocess
 import tempfile
 import time
 import urllib.request
@@ -21,8 +20,10 @@ import urllib.request
 import lance
 import pyarrow as pa
 
+import served
+from served import KEY
+
 SOURCE = "def triple(id):\n    return id * 3 + 1\n"
-KEY = "bench-key"
 
 
 def triple(id):
@@ -51,14 +52,7 @@ def native(rows, root):
 
 class Server:
     def __init__(self, binary, root):
-        self.proc = subprocess.Popen(
-            [binary, "serve", "--addr", "127.0.0.1:0", "--data", root, "--upkeep", "false"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-            env={**os.environ, "LANCET_BOOTSTRAP_KEY": KEY})
-        line = self.proc.stdout.readline().strip()
-        while line and not line.startswith("listening on "):
-            line = self.proc.stdout.readline().strip()
-        self.base = line[len("listening on "):]
+        self.proc, self.base = served.start(binary, root)
 
     def post(self, path, body=None, data=None, ctype="application/json"):
         req = urllib.request.Request(

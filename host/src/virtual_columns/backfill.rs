@@ -233,13 +233,17 @@ impl PythonUdf {
                 &self.limits,
             )
             .map_err(udf_error)?;
-        let values = pick(&out.array, &self.def.struct_field, field)?;
-        Ok(Computed {
-            values,
-            nulled: out.nulled_rows as u64,
-            failures: out.failures,
-        })
+        computed(out, &self.def, field)
     }
+}
+
+/// The column's part of a UDF's output.
+fn computed(out: lancet_udf::InvokeOutput, def: &Definition, field: &Field) -> ApiResult<Computed> {
+    Ok(Computed {
+        values: pick(&out.array, &def.struct_field, field)?,
+        nulled: out.nulled_rows as u64,
+        failures: out.failures,
+    })
 }
 
 impl WasmUdf {
@@ -262,11 +266,6 @@ impl WasmUdf {
                 &self.limits,
             )
             .map_err(udf_error)?;
-        let values = pick(&out.array, &self.def.struct_field, field)?;
-        Ok(Computed {
-            values,
-            nulled: out.nulled_rows as u64,
-            failures: out.failures,
-        })
+        computed(out, &self.def, field)
     }
 }
