@@ -21,10 +21,10 @@ pub struct ServeConfig {
     /// sharing one root must have different names.
     #[arg(long, env = "LANCET_NODE_ID")]
     pub node_id: Option<String>,
-    /// Whether other server processes share the data root (replicas): then every request
-    /// checks that the catalog did not change under a cached table location. Default: true
-    /// for an object-store root, false for a local directory.
-    #[arg(long, env = "LANCET_SHARED_ROOT", action = clap::ArgAction::Set)]
+    /// Deprecated and ignored: catalog changes by other processes are now always seen (the
+    /// catalog snapshot follows the `__manifest` table's changes). Accepted so existing
+    /// deployments still start; a warning says so.
+    #[arg(long, env = "LANCET_SHARED_ROOT", action = clap::ArgAction::Set, hide = true)]
     pub shared_root: Option<bool>,
     /// How long a job's lease lasts without renewal: a job whose node stops (killed, cut off)
     /// is taken over by another node sharing the root after at most this long (and a third

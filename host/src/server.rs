@@ -23,6 +23,12 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
     root.list(crate::auth::source::AUTH_DIR).await?;
     let node_id = node_id(config);
     let (auth, tenant_limits) = authenticator(config, &root).await?;
+    if config.shared_root.is_some() {
+        tracing::warn!(
+            "--shared-root / LANCET_SHARED_ROOT is ignored: catalog changes by other processes \
+             are always seen now"
+        );
+    }
     let runtime = lancet_udf::Runtime::new(udf_config(config, &root))?;
     if runtime.python_status().is_ok() {
         // Compiling the runner takes seconds (once per machine; loading it after, ~0.1 s):
@@ -47,7 +53,6 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
             session.clone(),
             storage_options.clone(),
             node_id.clone(),
-            config.shared_root.unwrap_or(!root.is_local()),
         ),
         auth,
         host_domain: config

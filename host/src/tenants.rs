@@ -15,8 +15,6 @@ pub struct Tenants {
     session: Arc<Session>,
     storage_options: HashMap<String, String>,
     node: String,
-    /// Whether other nodes may change the catalogs (`--shared-root`).
-    shared: bool,
     /// Read on every request; written once per tenant.
     catalogs: std::sync::RwLock<HashMap<String, Arc<Catalog>>>,
     /// Serialises first opens, so a tenant's catalog is opened once.
@@ -29,14 +27,12 @@ impl Tenants {
         session: Arc<Session>,
         storage_options: HashMap<String, String>,
         node: String,
-        shared: bool,
     ) -> Self {
         Self {
             root: root.trim_end_matches('/').to_string(),
             session,
             storage_options,
             node,
-            shared,
             catalogs: Default::default(),
             opening: Default::default(),
         }
@@ -71,7 +67,6 @@ impl Tenants {
                 self.session.clone(),
                 &self.storage_options,
                 &self.node,
-                self.shared,
             )
             .await?,
         );

@@ -190,13 +190,7 @@ async fn a_paused_job_can_be_cancelled_and_bad_requests_are_refused() {
 
 #[tokio::test]
 async fn a_second_node_helps_compute_a_backfill_and_every_row_is_written_once() {
-    let env = |node: &'static str| {
-        [
-            ("LANCET_SHARED_ROOT", "true"),
-            ("LANCET_JOB_LEASE_TTL", "3s"),
-            ("LANCET_NODE_ID", node),
-        ]
-    };
+    let env = |node: &'static str| [("LANCET_JOB_LEASE_TTL", "3s"), ("LANCET_NODE_ID", node)];
     let a = Server::start_with(tempfile::tempdir().unwrap(), &env("node-a")).await;
     let b = Server::start_at(a.data_dir(), &env("node-b")).await;
     // Long enough (seconds) for b's scans of the root (every second here) to find it.

@@ -229,12 +229,9 @@ async fn an_overwrite_in_parts_replaces_the_rows_at_once() {
 
 #[tokio::test]
 async fn parts_sent_to_two_replicas_commit_as_one_upload() {
-    let a = Server::start_with(
-        tempfile::tempdir().unwrap(),
-        &[("LANCET_SHARED_ROOT", "true")],
-    )
-    .await;
-    let b = Server::start_at(a.data_dir(), &[("LANCET_SHARED_ROOT", "true")]).await;
+    // Two processes on one local root: B sees A's catalog changes by itself (no flag).
+    let a = Server::start_with(tempfile::tempdir().unwrap(), &[]).await;
+    let b = Server::start_at(a.data_dir(), &[]).await;
     a.create_table("t", 3).await;
     let upload = begin(&a, "t").await;
     part(&a, "t", &upload, "one", 100, 3).await;

@@ -66,7 +66,6 @@ impl Catalog {
         session: Arc<Session>,
         options: &HashMap<String, String>,
         node: &str,
-        _shared: bool,
     ) -> ApiResult<Self> {
         // Manifest only: in dual mode a deregistered root-level table stays visible through
         // directory listing, so the `__manifest` table is the single source of truth.
