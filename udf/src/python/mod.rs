@@ -280,6 +280,14 @@ impl Runtime {
                 })
             }
             CallResult::Values(values, nulls, errors) => {
+                // The UDF's code shares the interpreter with the runner and could rewrite it:
+                // what comes back is checked like any guest output.
+                if let Some(e) = errors.iter().find(|e| e.row as usize >= chunk.num_rows()) {
+                    return Err(UdfError::BadOutput {
+                        udf: udf.label.clone(),
+                        reason: format!("an error for row {} of {}", e.row, chunk.num_rows()),
+                    });
+                }
                 let array = columns::from_output(values, nulls, chunk.num_rows(), expected)
                     .map_err(|reason| UdfError::BadOutput {
                         udf: udf.label.clone(),

@@ -157,3 +157,16 @@ fn an_oversized_source_is_refused_before_the_sandbox() {
     let err = runtime().prepare_python(&spec(&source, "f")).unwrap_err();
     assert!(err.to_string().contains("limit"), "{err}");
 }
+
+#[test]
+fn a_function_that_rewrites_the_runner_gets_its_output_checked() {
+    // UDF code shares the interpreter with the runner: it can replace the runner's packing.
+    // The host checks what comes back like any guest output.
+    let source = "import lancet_runner\nfrom wit_world.imports import types as t\n\
+        lancet_runner._column = lambda results, kind, failed: t.Column(kind=kind, data=b'\\x01', offsets=b'', nulls=b'')\n\
+        def f(x):\n    return x\n";
+    let udf = prepare(source, "f");
+    let err = call(&udf, "hostile", &one_row(), &DataType::Int64).unwrap_err();
+    assert!(matches!(err, UdfError::BadOutput { .. }), "{err}");
+    still_serving();
+}
