@@ -9,6 +9,11 @@
 //! [`is_definition_error`](UdfError::is_definition_error) are the caller's fault) →
 //! [`Runtime::invoke`] per batch. `invoke` blocks while the guest runs (up to the timeout),
 //! so call it from a blocking-capable thread with a normal (≥ 2 MiB) stack.
+//!
+//! Python UDFs run in the same runtime (`python/`): CPython compiled to a Wasm component (the
+//! runner, [`RuntimeConfig::python`]), under the same limits and per-tenant pools:
+//! [`Runtime::prepare_python`] (compiles the source in a fresh interpreter; Python's own errors
+//! are definition errors) → [`Runtime::invoke_python`] per batch.
 
 mod call_stats;
 mod codec;
