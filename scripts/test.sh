@@ -18,7 +18,11 @@ if [ -f plugins/build.sh ]; then
 fi
 
 echo "== building the Python UDF runner"
-export LANCET_PYTHON_RUNNER="${LANCET_PYTHON_RUNNER:-$(bash scripts/build-python-runner.sh)}"
+# On its own line so that a failed build stops the script (inside `export` it would not).
+if [ -z "${LANCET_PYTHON_RUNNER:-}" ]; then
+  LANCET_PYTHON_RUNNER="$(bash scripts/build-python-runner.sh)"
+fi
+export LANCET_PYTHON_RUNNER
 
 # The venv holds moto, the S3 server the object-store tests start on loopback.
 export LANCET_VENV="${LANCET_VENV:-$HOME/.cache/lancet-venv}"

@@ -4,9 +4,9 @@
 //!
 //! - on a local root, the `__manifest/_versions` directory's mtime (one `stat`) says so: every
 //!   catalog commit adds a file there. File times come from a coarse clock, so a snapshot is
-//!   kept only once its directory time is [`GRACE`] older than the moment its read began: a
-//!   later commit then always shows as a newer time. During a burst of catalog writes each
-//!   lookup reads the table afresh, as before.
+//!   built only once the directory time is [`GRACE`] old: a later commit then always shows as
+//!   a newer time. Within [`GRACE`] of a catalog write, lookups go to the namespace itself (its
+//!   filtered scan, as before) rather than rebuilding the whole snapshot for every request.
 //! - on an object store, the table's latest version (one listing, as every request makes of
 //!   its own table).
 //!
@@ -103,13 +103,21 @@ impl Snapshots {
         }
     }
 
-    /// The catalog as it is now; `None` when it has no `__manifest` table yet.
+    /// The catalog as it is now; `None` when it has no `__manifest` table yet or was changed
+    /// too recently to be trusted from memory (the caller asks the namespace).
     pub async fn get(&self) -> ApiResult<Option<Arc<Snapshot>>> {
         let Some(stamp) = self.stamp().await? else {
             return Ok(None);
         };
         if let Some(s) = self.cached(stamp) {
             return Ok(Some(s));
+        }
+        if let Stamp::Modified(t) = stamp
+            && SystemTime::now()
+                .duration_since(t)
+                .is_ok_and(|age| age < GRACE)
+        {
+            return Ok(None); // too fresh to trust; see the module docs
         }
         let _one = self.rebuilding.lock().await;
         let Some(stamp) = self.stamp().await? else {
