@@ -144,6 +144,11 @@ pub struct ServeConfig {
     /// none). Without it, `/metrics` answers loopback clients only.
     #[arg(long, env = "LANCET_METRICS_TOKEN")]
     pub metrics_token: Option<String>,
+    /// The key secrets (`/v1/secret/...`) are encrypted under at rest: any string of at least
+    /// 16 characters (e.g. `openssl rand -hex 32`), the same on every replica of a root.
+    /// Without it, creating or using a secret is refused with a 400 that says so.
+    #[arg(long, env = "LANCET_SECRET_KEY", hide_env_values = true)]
+    pub secret_key: Option<String>,
 }
 
 /// Log line format.

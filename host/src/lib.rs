@@ -11,6 +11,7 @@ pub mod catalog;
 pub mod config;
 pub mod error;
 pub mod field_path;
+pub mod functions;
 pub mod http;
 pub mod jobs;
 pub mod json_types;
@@ -39,6 +40,8 @@ pub struct App {
     pub host_domain: Option<String>,
     pub store: Store,
     pub virtual_columns: VirtualColumns,
+    /// Registered Functions and secrets (lancedb's registry).
+    pub functions: functions::Functions,
     pub jobs: jobs::JobManager,
     /// Background compaction, index upkeep and version cleanup.
     pub upkeep: upkeep::Upkeep,

@@ -62,6 +62,8 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
             .filter(|d| !d.is_empty()),
         store: Store::new(session, config.vector_cache_mb << 20, storage_options),
         virtual_columns: VirtualColumns::with_tenant_limits(Arc::new(runtime), &tenant_limits),
+        functions: crate::functions::Functions::new(root.clone(), config.secret_key.as_deref())
+            .map_err(|e| e.message)?,
         jobs,
         upkeep: crate::upkeep::Upkeep::new(config.upkeep_policy(), config.upkeep_interval),
         metrics: Default::default(),

@@ -289,6 +289,7 @@ fn main() {
             source: "def first(x):\n    return x + 41\n".into(),
             entry: "first".into(),
             env: vec![],
+            init: None,
             on_error: OnError::Fail,
             limits: None,
         })
@@ -321,6 +322,7 @@ fn main() {
                 source: case.source.into(),
                 entry: case.entry.into(),
                 env: vec![],
+                init: None,
                 on_error: OnError::Fail,
                 limits: None,
             })

@@ -141,8 +141,18 @@ pub async fn add(
         }
         Adding::Computed(c) => declared::add_computed(&app.store, &location, branch, &c).await?,
         Adding::Function(names) => {
-            let function = body.function.unwrap_or_default();
-            declared::add_function(&app.store, &location, branch, &names, &function).await?
+            let caller = &target.caller;
+            crate::virtual_columns::function::declare(
+                &app.store,
+                &app.functions.registry,
+                caller.tenant(),
+                |ns| caller.resolve(ns),
+                &location,
+                branch,
+                &names,
+                body.function.unwrap_or_default(),
+            )
+            .await?
         }
     };
     Ok(reply(committed(&target.id, branch, version)))

@@ -12,6 +12,7 @@ mod clone;
 mod columns;
 mod data;
 pub mod errors;
+mod functions;
 pub use pipeline::extract::Target;
 mod indexes;
 mod jobs;
@@ -24,6 +25,7 @@ pub use pipeline::observe::{ServedTenant, install_panic_hook};
 mod materialized_views;
 mod query;
 mod query_body;
+mod secrets;
 mod table_versions;
 mod tables;
 mod transactions;
@@ -427,6 +429,18 @@ fn build() -> Routes {
     .post("/v1/jobs/resume", Write, jobs::resume)
     .post("/v1/jobs/query_events", Read, jobs::query_events)
     .answers(Answer::ArrowStream)
+    // Functions and secrets (lancedb's registry)
+    .post("/v1/function/{id}/create", Write, functions::create)
+    .post("/v1/function/{id}/describe", Read, functions::describe)
+    .post("/v1/function/{id}/drop", Write, functions::drop)
+    .get_post("/v1/namespace/{id}/function/list", Read, functions::list)
+    .params(&[LIMIT, PAGE_TOKEN, INCLUDE_DEFINITION])
+    .post("/v1/secret/{id}/create", Write, secrets::create)
+    .post("/v1/secret/{id}/alter", Write, secrets::alter)
+    .post("/v1/secret/{id}/describe", Read, secrets::describe)
+    .post("/v1/secret/{id}/drop", Write, secrets::drop)
+    .get_post("/v1/namespace/{id}/secret/list", Read, secrets::list)
+    .params(&[LIMIT, PAGE_TOKEN])
 }
 
 /// Every route with its handler and role guard.

@@ -57,23 +57,24 @@ impl Store {
     /// Set schema metadata key `key` to `merge(its current value)`, then add `fields` (null
     /// in every existing row), under one write lock. The metadata goes first: alone it is
     /// harmless, whereas columns without it would be half a declaration.
+    /// Add all-null `fields`, then set the schema metadata `metadata` makes of the schema
+    /// with the new fields (their field ids assigned, the current metadata in it).
     pub async fn add_null_columns_with_metadata(
         &self,
         location: &str,
         branch: Option<&str>,
         fields: Vec<Field>,
-        key: &str,
-        merge: impl FnOnce(Option<&str>) -> String + Send + 'static,
+        metadata: impl FnOnce(&lance_core::datatypes::Schema) -> Result<Vec<(String, String)>, String>
+        + Send
+        + 'static,
     ) -> ApiResult<u64> {
         let schema = Arc::new(ArrowSchema::new(fields));
-        let key = key.to_string();
         self.evolve(location, branch, |ds| {
             Box::pin(async move {
-                let value = merge(ds.schema().metadata.get(&key).map(String::as_str));
-                ds.update_schema_metadata([(key.as_str(), value.as_str())])
-                    .await?;
                 ds.add_columns(NewColumnTransform::AllNulls(schema), None, None)
-                    .await
+                    .await?;
+                let entries = metadata(ds.schema()).map_err(lance_core::Error::invalid_input)?;
+                ds.update_schema_metadata(entries).await.map(|_| ())
             })
         })
         .await

@@ -26,14 +26,20 @@ enum Engine {
     Sql(SqlRule),
 }
 
-struct PythonUdf {
-    runtime: Runtime,
-    prepared: Arc<PreparedPython>,
-    limits: Limits,
-    def: Definition,
-    inputs: Vec<Field>,
+pub(super) struct PythonUdf {
+    pub(super) runtime: Runtime,
+    pub(super) prepared: Arc<PreparedPython>,
+    pub(super) limits: Limits,
+    pub(super) input_columns: Vec<String>,
+    /// The input columns' fields as the function receives them.
+    pub(super) inputs: Vec<Field>,
     /// What the function's result is converted to (a struct for multi-output UDFs).
-    result_type: DataType,
+    pub(super) result_type: DataType,
+    /// The struct child this column takes from the result; empty = the whole result.
+    pub(super) struct_field: String,
+    /// A registered Function's result may differ from the column in nullability inside
+    /// nested types only: cast rather than refused.
+    pub(super) cast: bool,
 }
 
 struct WasmUdf {
@@ -83,10 +89,9 @@ impl VirtualColumns {
                 });
             }
             Some(kind) => {
+                // Function columns are resolved against the registry first (`function_udf`).
                 return Err(ApiError::invalid(format!(
-                    "column '{column}' is a lancedb {kind} column: Lancet cannot run registered \
-                     Functions (its UDFs are Wasm modules: declare the column with a \
-                     virtual_column instead)"
+                    "column '{column}' is a lancedb {kind} column this server cannot compute"
                 )));
             }
             None => {}
@@ -117,17 +122,19 @@ impl VirtualColumns {
             }
             let spec = python.spec(&def.udf_name)?;
             let prepared = self.runtime.prepare_python(&spec).map_err(udf_error)?;
-            return Ok(ColumnUdf {
-                engine: Engine::Python(Box::new(PythonUdf {
+            return Ok(ColumnUdf::python(
+                PythonUdf {
                     runtime: (*self.runtime).clone(),
                     prepared,
                     limits: self.limits.clone(),
                     result_type: super::result_type(&arrow, &def, field)?,
-                    def,
+                    input_columns: def.input_columns.clone(),
+                    struct_field: def.struct_field.clone(),
                     inputs,
-                })),
-                field: field.clone(),
-            });
+                    cast: false,
+                },
+                field.clone(),
+            ));
         }
         let manifest_text = manifest
             .filter(|m| !m.trim().is_empty())
@@ -155,10 +162,17 @@ impl VirtualColumns {
 }
 
 impl ColumnUdf {
+    pub(super) fn python(udf: PythonUdf, field: Field) -> Self {
+        Self {
+            engine: Engine::Python(Box::new(udf)),
+            field,
+        }
+    }
+
     pub fn input_columns(&self) -> &[String] {
         match &self.engine {
             Engine::Wasm(w) => &w.def.input_columns,
-            Engine::Python(p) => &p.def.input_columns,
+            Engine::Python(p) => &p.input_columns,
             Engine::Sql(rule) => rule.inputs(),
         }
     }
@@ -233,8 +247,45 @@ impl PythonUdf {
                 &self.limits,
             )
             .map_err(udf_error)?;
-        computed(out, &self.def, field)
+        let values = if self.cast {
+            converted(&out.array, &self.struct_field, field)?
+        } else {
+            pick(&out.array, &self.struct_field, field)?
+        };
+        Ok(Computed {
+            values,
+            nulled: out.nulled_rows as u64,
+            failures: out.failures,
+        })
     }
+}
+
+/// A registered Function's result (or its child `struct_field`) as the column's type.
+fn converted(result: &ArrayRef, struct_field: &str, field: &Field) -> ApiResult<ArrayRef> {
+    let values = if struct_field.is_empty() {
+        result.clone()
+    } else {
+        result
+            .as_any()
+            .downcast_ref::<arrow_array::StructArray>()
+            .and_then(|s| s.column_by_name(struct_field).cloned())
+            .ok_or_else(|| {
+                ApiError::invalid(format!(
+                    "the Function's result lacks field '{struct_field}'"
+                ))
+            })?
+    };
+    if values.data_type() == field.data_type() {
+        return Ok(values);
+    }
+    arrow_cast::cast(&values, field.data_type()).map_err(|e| {
+        ApiError::invalid(format!(
+            "the Function's {} result for '{}' does not convert to {}: {e}",
+            values.data_type(),
+            field.name(),
+            field.data_type()
+        ))
+    })
 }
 
 /// The column's part of a UDF's output.

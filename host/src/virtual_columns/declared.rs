@@ -4,9 +4,8 @@
 //! under lancedb's own metadata keys, so the client reads them back as it wrote them.
 //!
 //! A computed column is filled by a backfill job (`backfill_column`: the client's
-//! `refresh_column_async`) that evaluates its expression (see [`SqlRule`]). A Function column
-//! is declared and stored, but nothing here can run it: Lancet's UDFs are Wasm modules
-//! (`virtual_column`), not the registry's Functions, and a backfill of one says so.
+//! `refresh_column_async`) that evaluates its expression (see [`SqlRule`]). Function columns
+//! are declared and computed by `super::function`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,10 +14,8 @@ use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{Field, Schema, SchemaRef};
 use datafusion_physical_expr_common::physical_expr::PhysicalExpr;
 use lance_datafusion::planner::Planner;
-use serde_json::Value;
 
 use crate::error::{ApiError, ApiResult};
-use crate::json_types::parse_data_type;
 use crate::store::Store;
 
 pub const COMPUTED_KEY: &str = "computed_column";
@@ -27,7 +24,8 @@ pub const EXPRESSION_KEY: &str = "computed_column.expression";
 pub const INPUTS_KEY: &str = "computed_column.inputs";
 pub const BINDING_ID_KEY: &str = "computed_column.function.binding_id";
 pub const OUTPUT_ORDINAL_KEY: &str = "computed_column.function.output_ordinal";
-/// Schema metadata: every Function binding of the table, as the client sent them.
+/// Schema metadata: every Function binding of the table (lancedb's `FunctionBinding`s in an
+/// envelope `{"version": 1, "bindings": [...]}`), which the client reads back.
 pub const BINDINGS_KEY: &str = "lancedb::function_bindings";
 
 /// The kind of rule a declared column carries, if any.
@@ -174,54 +172,6 @@ pub async fn add_computed(
         fields.push(SqlRule::plan(&table, expression)?.field(name)?);
     }
     store.add_null_columns(location, branch, fields).await
-}
-
-/// Declare the output columns `names` of a Function binding `function` (the lancedb client's
-/// declaration, kept as sent under [`BINDINGS_KEY`]).
-pub async fn add_function(
-    store: &Store,
-    location: &str,
-    branch: Option<&str>,
-    names: &[String],
-    function: &Value,
-) -> ApiResult<u64> {
-    let (fields, binding_id) = function_fields(names, function)?;
-    let function = function.clone();
-    store
-        .add_null_columns_with_metadata(location, branch, fields, BINDINGS_KEY, move |existing| {
-            let mut bindings: serde_json::Map<String, Value> = existing
-                .and_then(|b| serde_json::from_str(b).ok())
-                .unwrap_or_default();
-            bindings.insert(binding_id, function);
-            Value::Object(bindings).to_string()
-        })
-        .await
-}
-
-/// The all-null fields a Function declaration adds for its outputs `names`, each marked with
-/// a new binding id (returned too).
-fn function_fields(names: &[String], function: &Value) -> ApiResult<(Vec<Field>, String)> {
-    let bad = |m: String| ApiError::invalid(format!("function: {m}"));
-    let outputs = function["output_schema"]["fields"]
-        .as_array()
-        .ok_or_else(|| bad("output_schema.fields is required".into()))?;
-    let binding_id = uuid::Uuid::new_v4().to_string();
-    let mut fields = Vec::new();
-    for (ordinal, name) in names.iter().enumerate() {
-        let declared = outputs
-            .iter()
-            .find(|f| f["name"].as_str() == Some(name.as_str()))
-            .ok_or_else(|| bad(format!("output_schema has no field '{name}'")))?;
-        let data_type = parse_data_type(&declared["type"])?;
-        let metadata = HashMap::from([
-            (COMPUTED_KEY.to_string(), "true".to_string()),
-            (KIND_KEY.to_string(), "function".to_string()),
-            (BINDING_ID_KEY.to_string(), binding_id.clone()),
-            (OUTPUT_ORDINAL_KEY.to_string(), ordinal.to_string()),
-        ]);
-        fields.push(Field::new(name, data_type, true).with_metadata(metadata));
-    }
-    Ok((fields, binding_id))
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ mod backfill;
 mod compute;
 pub mod declared;
 mod define;
+pub mod function;
 mod python;
 
 pub use backfill::{ColumnUdf, Computed};

@@ -47,6 +47,7 @@ impl PythonDef {
             source: self.source.clone(),
             entry: entry.to_string(),
             env: Vec::new(),
+            init: None,
             on_error: self.on_error,
             limits: self.limits.clone(),
         })
@@ -147,6 +148,7 @@ impl VirtualColumns {
             source,
             entry: entry.to_string(),
             env: Vec::new(),
+            init: None,
             on_error: options.on_error,
             limits: options.limits.clone(),
         };

@@ -354,9 +354,12 @@ def _struct(results, fields, failed):
 class WitWorld(wit_world.WitWorld):
     entry = None
 
-    def load(self, source, entry, env):
+    def load(self, source, entry, env, init):
         if WitWorld.entry is not None:
             raise Err("this instance already holds a function")
+        # Before the module runs: a module may read its configuration at import.
+        os.environ.clear()
+        os.environ.update(dict(env))
         scope = {"__name__": "udf", "__builtins__": builtins}
         try:
             code = compile(source, UDF_FILE, "exec")
@@ -368,8 +371,21 @@ class WitWorld(wit_world.WitWorld):
             raise Err(f"the source defines no '{entry}'")
         if not callable(fn):
             raise Err(f"'{entry}' is a {type(fn).__name__}, not a function")
-        os.environ.clear()
-        os.environ.update(dict(env))
+        if isinstance(fn, type):
+            if not callable(getattr(fn, "__call__", None)) or "__call__" not in dir(fn):
+                raise Err(f"class '{entry}' defines no __call__")
+            if init is None:
+                # Checked only: its instances need the initialization a binding gives.
+                return _signature(fn.__call__, skip_self=True)
+            try:
+                kwargs = json.loads(init)
+                if not isinstance(kwargs, dict):
+                    raise TypeError("the initialization must be a JSON object")
+                fn = fn(**kwargs)
+            except BaseException as e:  # noqa: BLE001
+                raise Err(f"initializing '{entry}': {_describe(e)}")
+        elif init not in (None, "{}"):
+            raise Err(f"'{entry}' is a function: it takes no initialization")
         WitWorld.entry = fn
         return _signature(fn)
 
@@ -400,11 +416,13 @@ class WitWorld(wit_world.WitWorld):
         return t.Output(values=values, nulls=nulls, errors=errors)
 
 
-def _signature(fn):
+def _signature(fn, skip_self=False):
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
         return t.Signature(params=[], returns=None, python=sys.version)
+    if skip_self:
+        sig = sig.replace(parameters=list(sig.parameters.values())[1:])
 
     def name(annotation):
         if annotation is inspect.Signature.empty:

@@ -78,7 +78,13 @@ impl PyInstance {
         self.arm(limits);
         let loaded = self
             .runner
-            .call_load(&mut self.store, &spec.source, &spec.entry, &spec.env)
+            .call_load(
+                &mut self.store,
+                &spec.source,
+                &spec.entry,
+                &spec.env,
+                spec.init.as_deref(),
+            )
             .map_err(|e| self.failed(e, udf, limits))?;
         Ok(loaded.map(|sig| Signature {
             params: sig

@@ -150,6 +150,8 @@ impl Runtime {
             .chain_update(spec.entry.as_bytes())
             .chain_update([0])
             .chain_update(serde_json::to_vec(&spec.env).unwrap_or_default())
+            .chain_update([0])
+            .chain_update(serde_json::to_vec(&spec.init).unwrap_or_default())
             .finalize()
             .into();
         let udf = Arc::new(PreparedPython {

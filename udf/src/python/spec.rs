@@ -21,6 +21,11 @@ pub struct PythonSpec {
     /// The function's `os.environ` (nothing of the host's environment is visible).
     #[serde(default)]
     pub env: Vec<(String, String)>,
+    /// A class entry's initialization (a JSON object of keyword arguments): the class is
+    /// instantiated with it once per interpreter and each row calls the instance. `None` for
+    /// a plain function (or a class only being checked).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub init: Option<String>,
     #[serde(default)]
     pub on_error: OnError,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -50,6 +55,9 @@ impl PythonSpec {
                 "udf_name {:?} is not a Python function name",
                 self.entry
             ));
+        }
+        if self.init.as_ref().is_some_and(|i| i.len() > 64 << 10) {
+            return bad("the initialization is over 64 KiB".into());
         }
         for (k, v) in &self.env {
             if k.is_empty() || k.contains(['=', '\0']) || v.contains('\0') {
@@ -188,6 +196,7 @@ mod tests {
             source: "def f(x): return x".into(),
             entry: "1f".into(),
             env: vec![],
+            init: None,
             on_error: OnError::Fail,
             limits: None,
         };

@@ -74,6 +74,7 @@ pub fn spec(source: &str, entry: &str) -> PythonSpec {
         source: source.to_string(),
         entry: entry.to_string(),
         env: vec![],
+        init: None,
         on_error: OnError::Fail,
         limits: None,
     }

@@ -58,6 +58,11 @@ pub const INCLUDE_DECLARED: Param = Param::new(
     Kind::Flag,
     "List declared-only tables too.",
 );
+pub const INCLUDE_DEFINITION: Param = Param::new(
+    "include_definition",
+    Kind::Flag,
+    "Each Function version's definition too (default true).",
+);
 pub const DESCENDING: Param = Param::new("descending", Kind::Flag, "Newest version first.");
 pub const CREATE_MODE: Param = Param::new(
     "mode",

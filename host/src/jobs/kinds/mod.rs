@@ -1,5 +1,5 @@
 //! The kinds of job this server runs, each behind [`super::JobKind`]: column backfills,
-//! table upkeep (`optimize`) and materialized view refreshes. A kind imports the job
+//! table upkeep (`optimize`), materialized view refreshes and Function builds. A kind imports the job
 //! machinery; the machinery learns of the kinds only from [`all`], at start-up.
 
 use std::sync::Arc;
@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::JobKind;
 
 pub mod backfill;
+pub mod function_build;
 pub mod optimize;
 pub mod refresh;
 
@@ -17,5 +18,6 @@ pub fn all(upkeep_concurrency: usize, helper_tasks: usize) -> Vec<Arc<dyn JobKin
         Arc::new(backfill::Backfill::new(helper_tasks)),
         Arc::new(optimize::Optimize::new(upkeep_concurrency)),
         Arc::new(refresh::Refresh),
+        Arc::new(function_build::FunctionBuild),
     ]
 }

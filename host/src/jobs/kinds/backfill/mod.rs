@@ -113,7 +113,7 @@ pub async fn submit(
     let latest = app.store.latest(&location, branch.as_deref()).await?;
     let spec = options.check(table_id, branch, latest.version().version)?;
     crate::field_path::parse(&spec.column)?;
-    run::prepare(app, &location, &spec).await?;
+    run::prepare(app, tenant, &location, &spec).await?;
     let column = spec.column.clone();
     let stored = JobSpec::new(&spec)?;
     app.jobs

@@ -33,7 +33,7 @@ use crate::jobs::state::{
 };
 use crate::jobs::{Job, Stop};
 use crate::store::{BackfillSource, StagedFile};
-use crate::virtual_columns::ColumnUdf;
+use crate::virtual_columns::{ColumnUdf, function};
 
 /// UDF calls aim to last about this long: long enough to amortise per-call costs, short enough
 /// for cancellation and checkpoints to stay prompt.
@@ -65,17 +65,44 @@ impl From<ApiError> for Stop {
 /// version 404).
 pub(super) async fn prepare(
     app: &Arc<App>,
+    tenant: &str,
     location: &str,
     spec: &BackfillSpec,
 ) -> ApiResult<(BackfillSource, Arc<ColumnUdf>)> {
     let at = read_at(spec);
     let ds = app.store.read(location, &at).await?;
     crate::field_path::resolve(ds.schema(), &spec.column)?;
+    let arrow = arrow_schema::Schema::from(ds.schema());
     // Preparing may compile the module: keep it off the async workers.
-    let udf = tokio::task::block_in_place(|| {
-        app.virtual_columns
-            .column_udf(ds.schema(), &spec.column, spec.manifest.as_deref())
-    })?;
+    let udf = match function::binding(&arrow, &spec.column)? {
+        Some(binding) => {
+            if spec
+                .manifest
+                .as_deref()
+                .is_some_and(|m| !m.trim().is_empty())
+            {
+                return Err(ApiError::invalid(format!(
+                    "manifest: column '{}' is computed by a registered Function",
+                    spec.column
+                )));
+            }
+            let f = &binding.function;
+            let stored = app
+                .functions
+                .registry
+                .get_bound(tenant, &f.namespace_path, &f.name, &f.version)
+                .await?;
+            let env = app.functions.environment(tenant, &stored).await?;
+            tokio::task::block_in_place(|| {
+                app.virtual_columns
+                    .function_udf(&arrow, &spec.column, &binding, &stored, env)
+            })?
+        }
+        None => tokio::task::block_in_place(|| {
+            app.virtual_columns
+                .column_udf(ds.schema(), &spec.column, spec.manifest.as_deref())
+        })?,
+    };
     let source = app
         .store
         .backfill_source(
@@ -183,7 +210,7 @@ pub(super) async fn context(app: &Arc<App>, job: &Arc<Job>) -> Result<Arc<Ctx>, 
         .spec
         .typed()
         .map_err(|e| failed("prepare", e.message))?;
-    let (source, udf) = prepare(app, &record.location, &spec)
+    let (source, udf) = prepare(app, &record.tenant, &record.location, &spec)
         .await
         .map_err(|e| failed("prepare", e.message))?;
     let field = source.target_field()?;
