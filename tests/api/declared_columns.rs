@@ -102,17 +102,40 @@ async fn null_and_computed_columns_are_added_and_computed_ones_backfilled() {
 }
 
 #[tokio::test]
-async fn function_columns_are_declared_and_a_backfill_names_the_missing_runtime() {
-    let s = Server::start().await;
+async fn function_columns_are_declared_as_lancedb_bindings_and_refreshed() {
+    let s = crate::functions::server().await;
     s.create_table("f", 3).await;
+    let source = "def text_features(body):\n    text = body or ''\n    \
+                  return {'normalized_text': text.upper(), 'token_count': len(text.split())}\n";
+    let output = json!({"kind": "named_struct", "fields": [
+        {"name": "normalized_text", "arrow_type": "utf8", "nullable": false},
+        {"name": "token_count", "arrow_type": "int64", "nullable": false}
+    ]});
+    let built = crate::functions::build(
+        &s,
+        "text_features",
+        crate::functions::registration(
+            source,
+            "text_features",
+            json!([{"name": "body", "arrow_type": "utf8", "nullable": true}]),
+            output.clone(),
+        ),
+    )
+    .await;
+    assert_eq!(built["job_state"], "DONE", "{built}");
+    let v = &built["result"];
     let function = json!({
         "application": {
-            "function": {"name": "text_features", "version": "1"},
-            "inputs": [{"parameter": "body", "kind": "column", "value": {"path": "text"}}]
+            "function": {"name": "text_features", "object_id": v["object_id"],
+                         "location": v["location"], "version": v["version"],
+                         "manifest_digest": v["image"]["manifest_digest"]},
+            "inputs": [{"parameter": "body", "kind": "column", "value": {"path": "text"}}],
+            "output": output,
+            "columns": {"normalized_text": "search_text"}
         },
         "binding_metadata_version": 1,
         "input_bindings": [{"parameter": "body", "field_path": "text", "arrow_type": "utf8", "nullable": true}],
-        "input_schema": {"fields": [{"name": "text", "nullable": true, "type": {"type": "utf8"}}]},
+        "input_schema": {"fields": [{"name": "body", "nullable": true, "type": {"type": "utf8"}}]},
         "output_schema": {"fields": [
             {"name": "search_text", "nullable": true, "type": {"type": "utf8"}},
             {"name": "token_count", "nullable": true, "type": {"type": "int64"}}
@@ -122,12 +145,12 @@ async fn function_columns_are_declared_and_a_backfill_names_the_missing_runtime(
             {"result_field": "token_count", "output_name": "token_count", "output_ordinal": 1}
         ]
     });
+    let columns = json!([{"name": "search_text", "all_null": true},
+                         {"name": "token_count", "all_null": true}]);
     let before = s.version("f").await;
     s.ok(
         "/v1/table/f/add_columns",
-        json!({"new_columns": [{"name": "search_text", "all_null": true},
-                               {"name": "token_count", "all_null": true}],
-               "function": function}),
+        json!({"new_columns": columns, "function": function}),
     )
     .await;
     assert!(s.version("f").await > before);
@@ -135,44 +158,80 @@ async fn function_columns_are_declared_and_a_backfill_names_the_missing_runtime(
     let meta = field_meta(&d["schema"], "token_count");
     assert_eq!(meta["computed_column.kind"], "function", "{d}");
     assert_eq!(meta["computed_column.function.output_ordinal"], "1");
+    assert_eq!(meta["computed_column.inputs"], r#"["text"]"#);
     let binding = meta["computed_column.function.binding_id"]
         .as_str()
         .unwrap()
         .to_string();
-    let bindings: Value = serde_json::from_str(
+    // lancedb's own envelope, which the client reads back and checks every write against.
+    let envelope: Value = serde_json::from_str(
         d["schema"]["metadata"]["lancedb::function_bindings"]
             .as_str()
             .unwrap(),
     )
     .unwrap();
-    assert_eq!(
-        bindings[&binding]["application"]["function"]["name"],
-        "text_features"
-    );
-    // Rows written later carry nulls there.
+    assert_eq!(envelope["version"], 1, "{envelope}");
+    let b = &envelope["bindings"][0];
+    assert_eq!(b["binding_id"], binding.as_str());
+    assert_eq!(b["function"]["name"], "text_features");
+    assert_eq!(b["inputs"][0]["field_path"], "text");
+    assert_eq!(b["outputs"][1]["output_name"], "token_count");
+    assert_eq!(b["outputs"][1]["nullable"], false);
+
+    // Rows written later carry nulls there until a refresh.
     let (st, b) = s.post_arrow("/v1/table/f/insert", &sample(5, 1)).await;
     assert_eq!(st, 200, "{b}");
-    assert_eq!(
-        s.count("f", json!({"predicate": "token_count IS NULL"}))
-            .await,
-        4
-    );
-    let (st, b) = s
-        .post(
-            "/v1/table/f/backfill_column",
-            json!({"column": "token_count"}),
+    for column in ["search_text", "token_count"] {
+        let job = s.backfill("f", json!({"column": column})).await;
+        let done = s.wait_job(&job).await;
+        assert_eq!(done["job_state"], "DONE", "{done}");
+        assert_eq!(done["result"]["rows_assigned"], 4, "{done}");
+    }
+    let rows = s
+        .query(
+            "f",
+            json!({"columns": ["id", "search_text", "token_count"], "limit": 10}),
         )
         .await;
-    assert_error(st, &b, 400, 13);
-    assert!(b["detail"].as_str().unwrap().contains("Function"), "{b}");
-    // A declaration whose outputs are not in output_schema is refused and adds nothing.
+    let mut seen = 0;
+    for batch in &rows {
+        let ids = batch
+            .column_by_name("id")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<arrow_array::Int64Array>()
+            .unwrap();
+        let texts = batch
+            .column_by_name("search_text")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<arrow_array::StringArray>()
+            .unwrap();
+        let counts = batch
+            .column_by_name("token_count")
+            .unwrap()
+            .as_any()
+            .downcast_ref::<arrow_array::Int64Array>()
+            .unwrap();
+        for i in 0..batch.num_rows() {
+            assert_eq!(texts.value(i), format!("ROW {}", ids.value(i)));
+            assert_eq!(counts.value(i), 2);
+            seen += 1;
+        }
+    }
+    assert_eq!(seen, 4);
+
+    // A declaration naming a version the registry does not hold adds nothing.
     let v = s.version("f").await;
+    let mut missing = function.clone();
+    missing["application"]["function"]["version"] = json!("9");
     let (st, b) = s
         .post(
             "/v1/table/f/add_columns",
-            json!({"new_columns": [{"name": "other", "all_null": true}], "function": function}),
+            json!({"new_columns": [{"name": "other", "all_null": true}], "function": missing}),
         )
         .await;
     assert_error(st, &b, 400, 13);
+    assert!(b["detail"].as_str().unwrap().contains("version 9"), "{b}");
     assert_eq!(s.version("f").await, v);
 }

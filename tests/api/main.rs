@@ -15,6 +15,7 @@ mod data;
 mod declared_columns;
 mod deep_sql;
 mod errors;
+mod functions;
 mod history;
 mod hostile_bodies;
 mod indexes;

@@ -41,6 +41,12 @@ def with_key(x: int) -> str:
 
 
 @udf
+def environment(x: int) -> str:
+    import os
+    return ",".join(sorted(os.environ))
+
+
+@udf
 def inverse(x: int) -> float:
     return 1 / x
 
@@ -126,6 +132,15 @@ def test_a_function_is_built_listed_bound_and_refreshed(server):
     more(t, [7])
     with pytest.raises(Exception, match="does not exist"):
         t.refresh_column_async("y").wait()
+    # Registered again it is another object: the old binding does not run it by accident.
+    again = db.create_function(triple_plus_one)
+    assert again.object_id != fv.object_id
+    with pytest.raises(Exception, match="registered again"):
+        t.refresh_column_async("y").wait()
+    dropped, job = db.drop_function_async("triple_plus_one", version=again.version)
+    assert dropped is True
+    job.wait()
+    assert db.list_functions() == []
 
 
 def test_secret_bindings_reach_only_the_function_environment(server):
@@ -139,10 +154,16 @@ def test_secret_bindings_reach_only_the_function_environment(server):
     t.add_columns({"k": fv(x=col("x"))})
     t.refresh_column_async("k").wait()
     assert sorted(r["k"] for r in rows(t)) == [f"s3cr3t:{i}" for i in range(5)]
+    # The Function's environment holds its bindings and nothing of the server's.
+    env = db.create_function(environment, secrets=[EnvVarSecret("api", "API_KEY")])
+    t.add_columns({"env": env(x=col("x"))})
+    t.refresh_column_async("env").wait()
+    assert {r["env"] for r in rows(t)} == {"API_KEY"}
     # A rotation reaches the next run, with no new version.
     db.alter_secret("api", "rotated")
     more(t, [9])
     t.refresh_column_async("k").wait()
+    t.refresh_column_async("env").wait()
     assert "rotated:9" in [r["k"] for r in rows(t)]
 
 

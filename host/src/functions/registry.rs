@@ -562,6 +562,23 @@ impl Registry {
     }
 }
 
+impl Registry {
+    /// Once a Function has no version left, its folder under a local root goes too (only if
+    /// still empty: a version registered meanwhile keeps it). True when it was removed.
+    pub async fn remove_if_empty(
+        &self,
+        tenant: &str,
+        namespace: &[String],
+        name: &str,
+    ) -> ApiResult<bool> {
+        let folder = Self::folder(tenant, namespace, name);
+        if !self.root.list(&format!("{folder}/")).await?.is_empty() {
+            return Ok(false);
+        }
+        Ok(self.root.remove_empty_dir(&folder).await)
+    }
+}
+
 /// A canonical positive version number (`1`, not `01`).
 pub fn parse_version(version: &str) -> ApiResult<u64> {
     version

@@ -15,7 +15,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::functions::StoredFunction;
 use crate::functions::names::split_id;
 use crate::functions::registry::Registration;
-use crate::jobs::kinds::function_build;
+use crate::jobs::kinds::{function_build, function_drop};
 
 /// A stored version as the client sees it: namespace paths relative to the database it
 /// addressed.
@@ -75,8 +75,9 @@ pub async fn describe(
     Ok(reply(public(&target.caller, &f)))
 }
 
-/// `{"dropped"}`: false when there was no such version. Columns bound to it fail their next
-/// refresh with an error naming it.
+/// `{"dropped", "job_id"}`: `dropped` is false when there was no such version; the job
+/// (lancedb's `drop_function_async` waits on it) cleans up after the unbinding, which is done
+/// when this answers. Columns bound to the version fail their next refresh, naming it.
 pub async fn drop(
     State(app): State<AppState>,
     target: Target,
@@ -88,7 +89,19 @@ pub async fn drop(
         .registry
         .drop(target.caller.tenant(), &namespace, &name, version(&body)?)
         .await?;
-    Ok(reply(json!({ "dropped": dropped })))
+    let job_id = function_drop::submit(
+        &app,
+        target.caller.tenant(),
+        function_drop::DropSpec {
+            table_id: target.id.clone(),
+            namespace_path: namespace,
+            name,
+            version: version(&body)?.to_string(),
+            dropped,
+        },
+    )
+    .await?;
+    Ok(reply(json!({ "dropped": dropped, "job_id": job_id })))
 }
 
 /// `{"functions": [{"name", "version", "definition"}], "page_token"}`, by name then version;

@@ -303,6 +303,23 @@ impl RootStore {
         Ok(names)
     }
 
+    /// On a local root, remove the folder `prefix` if it is empty (lock files aside); true
+    /// when it was removed. An object store has no folders: false.
+    pub async fn remove_empty_dir(&self, prefix: &str) -> bool {
+        let Some(dir) = &self.local else {
+            return false;
+        };
+        let dir = dir.join(prefix.trim_start_matches('/'));
+        if let Ok(mut entries) = tokio::fs::read_dir(&dir).await {
+            while let Ok(Some(e)) = entries.next_entry().await {
+                if e.file_name().to_string_lossy().ends_with(LOCK_SUFFIX) {
+                    let _ = tokio::fs::remove_file(e.path()).await;
+                }
+            }
+        }
+        tokio::fs::remove_dir(&dir).await.is_ok()
+    }
+
     /// Remove every object under `prefix` (and, on a local root, the folder with the lock
     /// files `replace` left in it).
     pub async fn delete_all(&self, prefix: &str) -> ApiResult<()> {

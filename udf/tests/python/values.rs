@@ -239,3 +239,36 @@ fn a_struct_of_scalars_crosses_field_by_field() {
         out.failures[0].message
     );
 }
+
+#[test]
+fn a_class_is_checked_without_initialization_and_called_once_initialized() {
+    let source = "class Scale:\n    def __init__(self, factor, offset=0):\n        self.factor = factor\n        self.offset = offset\n\n    def __call__(self, x: int) -> int:\n        return x * self.factor + self.offset\n";
+    // A build: the class is only checked; its signature is its __call__'s, without self.
+    let checked = prepare(source, "Scale");
+    let params: Vec<&str> = checked
+        .signature()
+        .params
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect();
+    assert_eq!(params, ["x"]);
+    let mut init = spec(source, "Scale");
+    init.init = Some(r#"{"factor": 10, "offset": 1}"#.into());
+    let udf = runtime().prepare_python(&init).unwrap();
+    let input = batch(vec![("x", Arc::new(Int64Array::from(vec![1, 2, 3])))]);
+    let out = call(&udf, "t1", &input, &DataType::Int64).unwrap();
+    assert_eq!(
+        out.array.as_primitive::<Int64Type>().values(),
+        &[11, 21, 31]
+    );
+    // A missing argument is the class's own TypeError, at load.
+    let mut bad = spec(source, "Scale");
+    bad.init = Some("{}".into());
+    let err = runtime().prepare_python(&bad).unwrap_err().to_string();
+    assert!(err.contains("TypeError") && err.contains("factor"), "{err}");
+    // A plain function takes no initialization.
+    let mut func = spec("def f(x):\n    return x\n", "f");
+    func.init = Some(r#"{"factor": 1}"#.into());
+    let err = runtime().prepare_python(&func).unwrap_err().to_string();
+    assert!(err.contains("takes no initialization"), "{err}");
+}

@@ -1,5 +1,5 @@
 //! The kinds of job this server runs, each behind [`super::JobKind`]: column backfills,
-//! table upkeep (`optimize`), materialized view refreshes and Function builds. A kind imports the job
+//! table upkeep (`optimize`), materialized view refreshes, Function builds and drops. A kind imports the job
 //! machinery; the machinery learns of the kinds only from [`all`], at start-up.
 
 use std::sync::Arc;
@@ -8,6 +8,7 @@ use super::JobKind;
 
 pub mod backfill;
 pub mod function_build;
+pub mod function_drop;
 pub mod optimize;
 pub mod refresh;
 
@@ -19,5 +20,6 @@ pub fn all(upkeep_concurrency: usize, helper_tasks: usize) -> Vec<Arc<dyn JobKin
         Arc::new(optimize::Optimize::new(upkeep_concurrency)),
         Arc::new(refresh::Refresh),
         Arc::new(function_build::FunctionBuild),
+        Arc::new(function_drop::FunctionDrop),
     ]
 }
