@@ -7,6 +7,7 @@
 //! (background backfills) drives `store` and `virtual_columns`.
 
 pub mod auth;
+pub mod background;
 pub mod catalog;
 pub mod config;
 pub mod error;

@@ -25,7 +25,8 @@ pub(super) fn start(app: &Arc<App>, job: Arc<Job>, lease: Lease) {
         let keeper = tokio::spawn(keep(app.clone(), job.clone(), lease, stopped));
         let kind = app.jobs.kind(&job.snapshot().job_type).cloned();
         match kind {
-            Some(kind) => kind.run(app.clone(), job.clone()).await,
+            // Below request priority: see `crate::background`.
+            Some(kind) => crate::background::run(kind.run(app.clone(), job.clone())).await,
             None => {
                 tracing::error!(job_id = %job.snapshot().job_id, "started a job of a kind this node does not run")
             }

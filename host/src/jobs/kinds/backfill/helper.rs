@@ -126,7 +126,12 @@ pub(super) fn help(app: &Arc<App>, record: JobRecord, helping: Arc<AtomicUsize>)
     helping.fetch_add(1, Ordering::Relaxed);
     tokio::spawn(async move {
         let job_id = record.job_id.clone();
-        if let Err(e) = help_with(&app, record).await {
+        // Below request priority, as the job's own work (see `crate::background`).
+        let helped = crate::background::run({
+            let app = app.clone();
+            async move { help_with(&app, record).await }
+        });
+        if let Err(e) = helped.await {
             tracing::warn!(job_id, error = %e.message(), "stopped helping a job");
         }
         helping.fetch_sub(1, Ordering::Relaxed);

@@ -1,0 +1,127 @@
+"""Queries while upkeep compacts (issue 29 item 6): query latency on one table while upkeep
+rewrites another table's 40 fresh fragments, against the same queries with nothing in the
+background; and how long the compaction takes with and without the queries.
+
+    python bench/upkeep_priority.py target/release/lancet [--rows 10000] [--priority low|normal]
+
+`--priority normal` runs background work at normal CPU priority (LANCET_BACKGROUND_PRIORITY),
+the behaviour before jobs had a runtime of their own below request priority.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+import pyarrow as pa
+
+KEY = "bench-key"
+
+
+def start(binary, root, priority):
+    env = {**os.environ, "LANCET_BOOTSTRAP_KEY": KEY, "LANCET_BACKGROUND_PRIORITY": priority}
+    proc = subprocess.Popen(
+        [binary, "serve", "--addr", "127.0.0.1:0", "--data", root, "--upkeep", "true",
+         "--upkeep-interval", "200ms", "--upkeep-quiet-after", "1h"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    line = proc.stdout.readline().strip()
+    while line and not line.startswith("listening on "):
+        line = proc.stdout.readline().strip()
+    return proc, line[len("listening on "):]
+
+
+def post(base, path, body=None, data=None, ctype="application/json"):
+    payload = data if data is not None else json.dumps(body or {}).encode()
+    req = urllib.request.Request(base + path, data=payload, method="POST", headers={
+        "content-type": ctype, "authorization": f"Bearer {KEY}"})
+    with urllib.request.urlopen(req) as r:
+        return r.read()
+
+
+def arrow(table):
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def chunk(start, n):
+    ids = list(range(start, start + n))
+    return pa.table({
+        "id": pa.array(ids, pa.int64()),
+        "text": [f"row {i} of the priority bench, some words to encode" for i in ids],
+        "vec": pa.FixedSizeListArray.from_arrays(
+            pa.array([float((i * 7 + d) % 101) for i in ids for d in range(32)], pa.float32()), 32),
+    })
+
+
+def load(base, name, chunks, rows):
+    post(base, f"/v1/table/{name}/create", data=arrow(chunk(0, rows)),
+         ctype="application/vnd.apache.arrow.stream")
+    for c in range(1, chunks):
+        post(base, f"/v1/table/{name}/insert", data=arrow(chunk(c * rows, rows)),
+             ctype="application/vnd.apache.arrow.stream")
+
+
+def fragments(base, name):
+    return json.loads(post(base, f"/v1/table/{name}/stats"))["fragment_stats"]["num_fragments"]
+
+
+def query(base):
+    t = time.perf_counter()
+    post(base, "/v1/table/q/query", {"filter": "id % 97 = 3", "limit": 20, "columns": ["id"]})
+    return (time.perf_counter() - t) * 1000
+
+
+def until_compacted(base, name, with_queries, deadline=600):
+    """Seconds until `name` is compacted, and query latencies meanwhile."""
+    t0 = time.perf_counter()
+    lat = []
+    last_check = 0.0
+    while time.perf_counter() - t0 < deadline:
+        if with_queries:
+            lat.append(query(base))
+        else:
+            time.sleep(0.05)
+        if time.perf_counter() - last_check > 0.2:
+            last_check = time.perf_counter()
+            if fragments(base, name) <= 2:
+                return time.perf_counter() - t0, lat
+    raise RuntimeError(f"{name} was not compacted within {deadline} s")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("binary")
+    ap.add_argument("--rows", type=int, default=10000, help="rows per chunk (40 chunks)")
+    ap.add_argument("--priority", default="low", choices=["low", "normal"])
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as root:
+        proc, base = start(args.binary, root, args.priority)
+        try:
+            # The queried table: loaded and compacted first, then left alone.
+            load(base, "q", 40, args.rows)
+            until_compacted(base, "q", False)
+            for _ in range(20):
+                query(base)
+            idle = [query(base) for _ in range(200)]
+            load(base, "a", 40, args.rows)
+            idle_secs, _ = until_compacted(base, "a", False)
+            load(base, "b", 40, args.rows)
+            busy_secs, busy = until_compacted(base, "b", True)
+        finally:
+            proc.terminate()
+            proc.wait()
+    p50_idle, p50_busy = statistics.median(idle), statistics.median(busy)
+    print(f"priority={args.priority} rows={40 * args.rows}")
+    print(f"query p50 idle {p50_idle:.2f} ms, during compaction {p50_busy:.2f} ms "
+          f"({p50_busy / p50_idle:.2f}x; {len(busy)} queries)")
+    print(f"compaction alone {idle_secs:.1f} s, under queries {busy_secs:.1f} s "
+          f"({busy_secs / idle_secs:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
