@@ -1,8 +1,11 @@
-"""Queries while upkeep compacts (issue 29 item 6): query latency on one table while upkeep
-rewrites another table's 40 fresh fragments, against the same queries with nothing in the
-background; and how long the compaction takes with and without the queries.
+"""Queries while upkeep compacts (issue 29 item 6): query latency on one table while an
+upkeep job rewrites another table's 40 fragments (a bulk load's), against the same queries
+with nothing in the background; and how long the compaction takes with and without them.
+Compactions are started with `optimize {"action": "compact"}` (the job upkeep's policy runs),
+so both runs rewrite exactly 40 fragments.
 
-    python bench/upkeep_priority.py target/release/lancet [--rows 10000] [--priority low|normal]
+    python bench/upkeep_priority.py target/release/lancet [--rows 25000] [--dim 128]
+        [--priority low|normal]
 
 `--priority normal` runs background work at normal CPU priority (LANCET_BACKGROUND_PRIORITY),
 the behaviour before jobs had a runtime of their own below request priority.
@@ -24,8 +27,7 @@ KEY = "bench-key"
 def start(binary, root, priority):
     env = {**os.environ, "LANCET_BOOTSTRAP_KEY": KEY, "LANCET_BACKGROUND_PRIORITY": priority}
     proc = subprocess.Popen(
-        [binary, "serve", "--addr", "127.0.0.1:0", "--data", root, "--upkeep", "true",
-         "--upkeep-interval", "200ms", "--upkeep-quiet-after", "1h"],
+        [binary, "serve", "--addr", "127.0.0.1:0", "--data", root, "--upkeep", "false"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
     line = proc.stdout.readline().strip()
     while line and not line.startswith("listening on "):
@@ -48,21 +50,22 @@ def arrow(table):
     return sink.getvalue().to_pybytes()
 
 
-def chunk(start, n):
-    ids = list(range(start, start + n))
+def chunk(start, n, dim):
+    import numpy as np
+    ids = np.arange(start, start + n, dtype=np.int64)
+    vec = ((ids[:, None] * 7 + np.arange(dim)[None, :]) % 101).astype(np.float32)
     return pa.table({
-        "id": pa.array(ids, pa.int64()),
+        "id": pa.array(ids),
         "text": [f"row {i} of the priority bench, some words to encode" for i in ids],
-        "vec": pa.FixedSizeListArray.from_arrays(
-            pa.array([float((i * 7 + d) % 101) for i in ids for d in range(32)], pa.float32()), 32),
+        "vec": pa.FixedSizeListArray.from_arrays(pa.array(vec.ravel()), dim),
     })
 
 
-def load(base, name, chunks, rows):
-    post(base, f"/v1/table/{name}/create", data=arrow(chunk(0, rows)),
+def load(base, name, chunks, rows, dim):
+    post(base, f"/v1/table/{name}/create", data=arrow(chunk(0, rows, dim)),
          ctype="application/vnd.apache.arrow.stream")
     for c in range(1, chunks):
-        post(base, f"/v1/table/{name}/insert", data=arrow(chunk(c * rows, rows)),
+        post(base, f"/v1/table/{name}/insert", data=arrow(chunk(c * rows, rows, dim)),
              ctype="application/vnd.apache.arrow.stream")
 
 
@@ -76,8 +79,10 @@ def query(base):
     return (time.perf_counter() - t) * 1000
 
 
-def until_compacted(base, name, with_queries, deadline=600):
-    """Seconds until `name` is compacted, and query latencies meanwhile."""
+def compact(base, name, with_queries, deadline=600):
+    """Run an upkeep compaction of `name`: its seconds (from the job's start to its end as
+    the server recorded them), and query latencies meanwhile."""
+    job = json.loads(post(base, f"/v1/table/{name}/optimize", {"action": "compact"}))["job_id"]
     t0 = time.perf_counter()
     lat = []
     last_check = 0.0
@@ -85,38 +90,42 @@ def until_compacted(base, name, with_queries, deadline=600):
         if with_queries:
             lat.append(query(base))
         else:
-            time.sleep(0.05)
-        if time.perf_counter() - last_check > 0.2:
+            time.sleep(0.02)
+        if time.perf_counter() - last_check > 0.1:
             last_check = time.perf_counter()
-            if fragments(base, name) <= 2:
-                return time.perf_counter() - t0, lat
+            d = json.loads(post(base, "/v1/jobs/describe", {"job_id": job}))
+            if d["job_state"] != "IN_PROGRESS":
+                assert d["job_state"] == "DONE", d
+                assert fragments(base, name) == 1
+                return (d["finish_ms"] - d["creation_ms"]) / 1000, lat
     raise RuntimeError(f"{name} was not compacted within {deadline} s")
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("binary")
-    ap.add_argument("--rows", type=int, default=10000, help="rows per chunk (40 chunks)")
+    ap.add_argument("--rows", type=int, default=25000, help="rows per chunk (40 chunks)")
+    ap.add_argument("--dim", type=int, default=128, help="vector dimensions")
     ap.add_argument("--priority", default="low", choices=["low", "normal"])
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as root:
         proc, base = start(args.binary, root, args.priority)
         try:
             # The queried table: loaded and compacted first, then left alone.
-            load(base, "q", 40, args.rows)
-            until_compacted(base, "q", False)
+            load(base, "q", 40, args.rows, args.dim)
+            compact(base, "q", False)
             for _ in range(20):
                 query(base)
             idle = [query(base) for _ in range(200)]
-            load(base, "a", 40, args.rows)
-            idle_secs, _ = until_compacted(base, "a", False)
-            load(base, "b", 40, args.rows)
-            busy_secs, busy = until_compacted(base, "b", True)
+            load(base, "a", 40, args.rows, args.dim)
+            idle_secs, _ = compact(base, "a", False)
+            load(base, "b", 40, args.rows, args.dim)
+            busy_secs, busy = compact(base, "b", True)
         finally:
             proc.terminate()
             proc.wait()
     p50_idle, p50_busy = statistics.median(idle), statistics.median(busy)
-    print(f"priority={args.priority} rows={40 * args.rows}")
+    print(f"priority={args.priority} rows={40 * args.rows} dim={args.dim}")
     print(f"query p50 idle {p50_idle:.2f} ms, during compaction {p50_busy:.2f} ms "
           f"({p50_busy / p50_idle:.2f}x; {len(busy)} queries)")
     print(f"compaction alone {idle_secs:.1f} s, under queries {busy_secs:.1f} s "

@@ -159,7 +159,18 @@ async fn registrations_are_checked_built_listed_and_dropped() {
     let mut missing_secret = good.clone();
     missing_secret["secret_bindings"] =
         json!([{"kind": "env", "variable": "K", "secret_ref": {"name": "absent"}}]);
+    let huge = registration(
+        &format!("def tripled(x):\n    return x\n# {}\n", "x".repeat(2 << 20)),
+        "tripled",
+        x.clone(),
+        scalar.clone(),
+    );
+    let mut not_utf8 = good.clone();
+    not_utf8["artifact"]["content"]["data"] = json!("/w==");
+    not_utf8["artifact"]["digest"] = json!(format!("sha256:{}", hex::encode(Sha256::digest([0xffu8]))));
     for (body, needle) in [
+        (huge, "over the limit"),
+        (not_utf8, "not UTF-8"),
         (bad_digest, "does not match the content"),
         (pip, "numpy"),
         (gpu, "gpu"),
