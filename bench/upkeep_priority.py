@@ -5,7 +5,7 @@ Compactions are started with `optimize {"action": "compact"}` (the job upkeep's 
 so both runs rewrite exactly 40 fragments.
 
     python bench/upkeep_priority.py target/release/lancet [--rows 25000] [--dim 128]
-        [--priority low|normal]
+        [--priority low|normal] [--query light|scan]
 
 `--priority normal` runs background work at normal CPU priority (LANCET_BACKGROUND_PRIORITY),
 the behaviour before jobs had a runtime of their own below request priority.
@@ -73,9 +73,19 @@ def fragments(base, name):
     return json.loads(post(base, f"/v1/table/{name}/stats"))["fragment_stats"]["num_fragments"]
 
 
+QUERIES = {
+    # Stops after 20 matches: a few ms on one core.
+    "light": ("/v1/table/q/query", {"filter": "id % 97 = 3", "limit": 20, "columns": ["id"]}),
+    # Every row's text: lance's scan on every core.
+    "scan": ("/v1/table/q/count_rows", {"predicate": "text LIKE '%99 of the%'"}),
+}
+KIND = "light"
+
+
 def query(base):
+    path, body = QUERIES[KIND]
     t = time.perf_counter()
-    post(base, "/v1/table/q/query", {"filter": "id % 97 = 3", "limit": 20, "columns": ["id"]})
+    post(base, path, body)
     return (time.perf_counter() - t) * 1000
 
 
@@ -107,7 +117,10 @@ def main():
     ap.add_argument("--rows", type=int, default=25000, help="rows per chunk (40 chunks)")
     ap.add_argument("--dim", type=int, default=128, help="vector dimensions")
     ap.add_argument("--priority", default="low", choices=["low", "normal"])
+    ap.add_argument("--query", default="light", choices=sorted(QUERIES))
     args = ap.parse_args()
+    global KIND
+    KIND = args.query
     with tempfile.TemporaryDirectory() as root:
         proc, base = start(args.binary, root, args.priority)
         try:
@@ -116,7 +129,7 @@ def main():
             compact(base, "q", False)
             for _ in range(20):
                 query(base)
-            idle = [query(base) for _ in range(200)]
+            idle = [query(base) for _ in range(200 if KIND == "light" else 40)]
             load(base, "a", 40, args.rows, args.dim)
             idle_secs, _ = compact(base, "a", False)
             load(base, "b", 40, args.rows, args.dim)
@@ -125,7 +138,7 @@ def main():
             proc.terminate()
             proc.wait()
     p50_idle, p50_busy = statistics.median(idle), statistics.median(busy)
-    print(f"priority={args.priority} rows={40 * args.rows} dim={args.dim}")
+    print(f"priority={args.priority} query={args.query} rows={40 * args.rows} dim={args.dim}")
     print(f"query p50 idle {p50_idle:.2f} ms, during compaction {p50_busy:.2f} ms "
           f"({p50_busy / p50_idle:.2f}x; {len(busy)} queries)")
     print(f"compaction alone {idle_secs:.1f} s, under queries {busy_secs:.1f} s "

@@ -167,7 +167,8 @@ async fn registrations_are_checked_built_listed_and_dropped() {
     );
     let mut not_utf8 = good.clone();
     not_utf8["artifact"]["content"]["data"] = json!("/w==");
-    not_utf8["artifact"]["digest"] = json!(format!("sha256:{}", hex::encode(Sha256::digest([0xffu8]))));
+    not_utf8["artifact"]["digest"] =
+        json!(format!("sha256:{}", hex::encode(Sha256::digest([0xffu8]))));
     for (body, needle) in [
         (huge, "over the limit"),
         (not_utf8, "not UTF-8"),

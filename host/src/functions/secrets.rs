@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 
 use super::names::{self, ObjectKind};
 use crate::error::{ApiError, ApiResult};
-use crate::root::RootStore;
+use crate::root::{RootStore, Version};
 
 const PREFIX: &str = "_secrets";
 /// Larger values are refused: a credential, not a file.
@@ -232,30 +232,25 @@ impl Secrets {
         let key = self.key()?;
         let object = Self::object(tenant, namespace, name);
         loop {
-            let found = self
-                .root
-                .get(&object)
-                .await?
-                .ok_or_else(|| not_found(name, namespace))?;
-            let mut record: Record = serde_json::from_slice(&found.bytes)
-                .map_err(|e| ApiError::internal(format!("secret record {object}: {e}")))?;
+            let (mut record, version) = self.load(tenant, namespace, name).await?;
             // Strictly later, so a rotation always shows in updated_at_millis.
             record.updated_at_millis = now_millis().max(record.updated_at_millis + 1);
             record.sealed = key.seal(&Self::aad(tenant, namespace, name), value)?;
             let bytes =
                 serde_json::to_vec(&record).map_err(|e| ApiError::internal(e.to_string()))?;
-            if self
-                .root
-                .replace(&object, bytes, &found.version)
-                .await?
-                .is_some()
-            {
+            if self.root.replace(&object, bytes, &version).await?.is_some() {
                 return Ok(());
             }
         }
     }
 
-    async fn record(&self, tenant: &str, namespace: &[String], name: &str) -> ApiResult<Record> {
+    /// A secret's record and the version it was read at; 404 when there is none.
+    async fn load(
+        &self,
+        tenant: &str,
+        namespace: &[String],
+        name: &str,
+    ) -> ApiResult<(Record, Version)> {
         names::check(ObjectKind::Secret, name)?;
         let object = Self::object(tenant, namespace, name);
         let found = self
@@ -263,8 +258,13 @@ impl Secrets {
             .get(&object)
             .await?
             .ok_or_else(|| not_found(name, namespace))?;
-        serde_json::from_slice(&found.bytes)
-            .map_err(|e| ApiError::internal(format!("secret record {object}: {e}")))
+        let record = serde_json::from_slice(&found.bytes)
+            .map_err(|e| ApiError::internal(format!("secret record {object}: {e}")))?;
+        Ok((record, found.version))
+    }
+
+    async fn record(&self, tenant: &str, namespace: &[String], name: &str) -> ApiResult<Record> {
+        Ok(self.load(tenant, namespace, name).await?.0)
     }
 
     pub async fn describe(

@@ -86,12 +86,8 @@ pub async fn submit(
 }
 
 async fn run(app: Arc<App>, job: Arc<Job>) {
-    let (a, j) = (app.clone(), job.clone());
-    let outcome = job.run_caught(async move { drive(&a, &j).await }).await;
-    job.finish(outcome, |r| {
-        r.steps.get(STEP).cloned().unwrap_or(Value::Null)
-    })
-    .await;
+    let j = job.clone();
+    super::run_one_step(job, STEP, async move { drive(&app, &j).await }).await;
 }
 
 fn failed(e: ApiError) -> Stop {

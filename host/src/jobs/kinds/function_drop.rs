@@ -62,12 +62,8 @@ pub async fn submit(app: &Arc<App>, tenant: &str, spec: DropSpec) -> ApiResult<S
 }
 
 async fn run(app: Arc<App>, job: Arc<Job>) {
-    let (a, j) = (app.clone(), job.clone());
-    let outcome = job.run_caught(async move { drive(&a, &j).await }).await;
-    job.finish(outcome, |r| {
-        r.steps.get(STEP).cloned().unwrap_or(Value::Null)
-    })
-    .await;
+    let j = job.clone();
+    super::run_one_step(job, STEP, async move { drive(&app, &j).await }).await;
 }
 
 async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {

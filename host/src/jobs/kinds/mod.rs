@@ -2,9 +2,12 @@
 //! table upkeep (`optimize`), materialized view refreshes, Function builds and drops. A kind imports the job
 //! machinery; the machinery learns of the kinds only from [`all`], at start-up.
 
+use std::future::Future;
 use std::sync::Arc;
 
-use super::JobKind;
+use serde_json::Value;
+
+use super::{Job, JobKind, Stop};
 
 pub mod backfill;
 pub mod function_build;
@@ -22,4 +25,18 @@ pub fn all(upkeep_concurrency: usize, helper_tasks: usize) -> Vec<Arc<dyn JobKin
         Arc::new(function_build::FunctionBuild),
         Arc::new(function_drop::FunctionDrop),
     ]
+}
+
+/// Run a kind whose work is one step to its end and record how it ended: the job's result is
+/// what the work recorded as step `step` (a refresh, a Function build or drop).
+async fn run_one_step(
+    job: Arc<Job>,
+    step: &'static str,
+    work: impl Future<Output = Result<(), Stop>> + Send + 'static,
+) {
+    let outcome = job.run_caught(work).await;
+    job.finish(outcome, |r| {
+        r.steps.get(step).cloned().unwrap_or(Value::Null)
+    })
+    .await;
 }

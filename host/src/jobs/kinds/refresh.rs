@@ -72,12 +72,8 @@ pub async fn submit(
 
 /// Run a refresh job to its end (also one resumed at start-up or taken over).
 async fn run(app: Arc<App>, job: Arc<Job>) {
-    let (a, j) = (app.clone(), job.clone());
-    let outcome = job.run_caught(async move { drive(&a, &j).await }).await;
-    job.finish(outcome, |r| {
-        r.steps.get(STEP).cloned().unwrap_or(Value::Null)
-    })
-    .await;
+    let j = job.clone();
+    super::run_one_step(job, STEP, async move { drive(&app, &j).await }).await;
 }
 
 fn failed(e: ApiError) -> Stop {
