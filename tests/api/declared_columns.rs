@@ -233,5 +233,22 @@ async fn function_columns_are_declared_as_lancedb_bindings_and_refreshed() {
         .await;
     assert_error(st, &b, 400, 13);
     assert!(b["detail"].as_str().unwrap().contains("version 9"), "{b}");
+    // Only some of a binding's outputs: lancedb would refuse every later write to the table.
+    let mut partial = function.clone();
+    partial["output_schema"]["fields"] = json!([
+        {"name": "again", "nullable": true, "type": {"type": "int64"}}
+    ]);
+    partial["outputs"] = json!([
+        {"result_field": "normalized_text", "output_name": "again_text", "output_ordinal": 0},
+        {"result_field": "token_count", "output_name": "again", "output_ordinal": 1}
+    ]);
+    let (st, b) = s
+        .post(
+            "/v1/table/f/add_columns",
+            json!({"new_columns": [{"name": "again", "all_null": true}], "function": partial}),
+        )
+        .await;
+    assert_error(st, &b, 400, 13);
+    assert!(b["detail"].as_str().unwrap().contains("in order"), "{b}");
     assert_eq!(s.version("f").await, v);
 }

@@ -260,6 +260,19 @@ pub async fn declare(
             .collect::<Vec<_>>(),
     )
     .map_err(|e| ApiError::internal(e.to_string()))?;
+    // One binding's outputs are declared together, in their order (lancedb checks ordinals
+    // are 0, 1, ... on every write).
+    let declared: Vec<&str> = d.outputs.iter().map(|o| o.output_name.as_str()).collect();
+    let ordinals_canonical = d
+        .outputs
+        .iter()
+        .enumerate()
+        .all(|(i, o)| o.output_ordinal as usize == i);
+    if declared != names.iter().map(String::as_str).collect::<Vec<_>>() || !ordinals_canonical {
+        return Err(bad(format!(
+            "new_columns {names:?} must be the binding's outputs {declared:?}, in order"
+        )));
+    }
     let initialization = initialization_row(sig, &d.application.initialization)?;
     let declared_types = output_types(d.output_schema.as_ref())?;
     let binding_id = uuid::Uuid::new_v4().to_string();
