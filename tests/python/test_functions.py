@@ -17,7 +17,7 @@ SECRET_KEY = "python-tests-secret-key-0123456789"
 @pytest.fixture()
 def server():
     with tempfile.TemporaryDirectory() as d:
-        s = Lancet(d, env={"LANCET_SECRET_KEY": SECRET_KEY})
+        s = Lancet(d, env={"LANCET_SECRET_KEY": SECRET_KEY, "LANCET_UDF_TIMEOUT_MS": "2000"})
         try:
             yield s
         finally:
@@ -215,3 +215,26 @@ def test_what_the_sandbox_cannot_provide_is_refused_by_name(server):
     result = t.refresh_column_async("b").wait()
     assert result.rows_failed == 3
     assert "RuntimeError: no value for" in t.function_errors(column="b").records[0].error_message
+
+
+@udf
+def spin(x: int) -> int:
+    while True:
+        pass
+
+
+@udf
+def balloon(x: int) -> str:
+    return "x" * (1 << 30)
+
+
+def test_hostile_functions_end_at_their_limits_and_the_server_serves_on(server):
+    db = connect(server)
+    t = table(db, "hostile", 3)
+    for fn, column, needle in [(spin, "s", "time limit"), (balloon, "b", "memory limit")]:
+        fv = db.create_function(fn)
+        t.add_columns({column: fv(x=col("x"))})
+        with pytest.raises(Exception, match=needle):
+            t.refresh_column_async(column).wait()
+    assert t.count_rows() == 3
+    assert {f.name for f in db.list_functions()} == {"spin", "balloon"}
