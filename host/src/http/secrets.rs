@@ -34,12 +34,7 @@ pub async fn create(
     target: Target,
     JsonBody(body): JsonBody<ValueBody>,
 ) -> ApiResult<Response> {
-    let (namespace, name) = split_id(&target.id)?;
-    app.functions
-        .secrets
-        .create(target.caller.tenant(), &namespace, &name, value(&body)?)
-        .await?;
-    Ok(reply(json!({})))
+    store_value(&app, &target, &body, true).await
 }
 
 pub async fn alter(
@@ -47,11 +42,23 @@ pub async fn alter(
     target: Target,
     JsonBody(body): JsonBody<ValueBody>,
 ) -> ApiResult<Response> {
+    store_value(&app, &target, &body, false).await
+}
+
+/// A new secret (`create`) or a new value for an existing one.
+async fn store_value(
+    app: &AppState,
+    target: &Target,
+    body: &ValueBody,
+    create: bool,
+) -> ApiResult<Response> {
     let (namespace, name) = split_id(&target.id)?;
-    app.functions
-        .secrets
-        .alter(target.caller.tenant(), &namespace, &name, value(&body)?)
-        .await?;
+    let (secrets, tenant, value) = (&app.functions.secrets, target.caller.tenant(), value(body)?);
+    if create {
+        secrets.create(tenant, &namespace, &name, value).await?;
+    } else {
+        secrets.alter(tenant, &namespace, &name, value).await?;
+    }
     Ok(reply(json!({})))
 }
 

@@ -3,6 +3,7 @@
 //! other nodes (`helper`), with the rows its UDF failed on recorded (`row_errors`).
 
 mod helper;
+mod prepare;
 pub mod row_errors;
 mod run;
 pub mod spec;
@@ -113,7 +114,7 @@ pub async fn submit(
     let latest = app.store.latest(&location, branch.as_deref()).await?;
     let spec = options.check(table_id, branch, latest.version().version)?;
     crate::field_path::parse(&spec.column)?;
-    run::prepare(app, tenant, &location, &spec).await?;
+    prepare::prepare(app, tenant, &location, &spec).await?;
     let column = spec.column.clone();
     let stored = JobSpec::new(&spec)?;
     app.jobs

@@ -22,7 +22,6 @@ use futures::{StreamExt, TryStreamExt};
 use serde_json::json;
 
 use super::helper::{self, Task, open_tasks};
-use super::read_at;
 use super::row_errors::{RowErrorFiles, RowErrors};
 use super::spec::BackfillSpec;
 use crate::App;
@@ -33,7 +32,7 @@ use crate::jobs::state::{
 };
 use crate::jobs::{Job, Stop};
 use crate::store::{BackfillSource, StagedFile};
-use crate::virtual_columns::{ColumnUdf, function};
+use crate::virtual_columns::ColumnUdf;
 
 /// UDF calls aim to last about this long: long enough to amortise per-call costs, short enough
 /// for cancellation and checkpoints to stay prompt.
@@ -58,62 +57,6 @@ impl From<ApiError> for Stop {
     fn from(e: ApiError) -> Self {
         failed("run", e.message)
     }
-}
-
-/// The job's inputs: the table at its version and the column's UDF. Also the up-front
-/// validation of a new request (missing column 404, not virtual 400, bad where 400, missing
-/// version 404).
-pub(super) async fn prepare(
-    app: &Arc<App>,
-    tenant: &str,
-    location: &str,
-    spec: &BackfillSpec,
-) -> ApiResult<(BackfillSource, Arc<ColumnUdf>)> {
-    let at = read_at(spec);
-    let ds = app.store.read(location, &at).await?;
-    crate::field_path::resolve(ds.schema(), &spec.column)?;
-    let arrow = arrow_schema::Schema::from(ds.schema());
-    // Preparing may compile the module: keep it off the async workers.
-    let udf = match function::binding(&arrow, &spec.column)? {
-        Some(binding) => {
-            if spec
-                .manifest
-                .as_deref()
-                .is_some_and(|m| !m.trim().is_empty())
-            {
-                return Err(ApiError::invalid(format!(
-                    "manifest: column '{}' is computed by a registered Function",
-                    spec.column
-                )));
-            }
-            let f = &binding.function;
-            let stored = app
-                .functions
-                .registry
-                .get_bound(tenant, &f.namespace_path, &f.name, &f.version)
-                .await?;
-            let env = app.functions.environment(tenant, &stored).await?;
-            tokio::task::block_in_place(|| {
-                app.virtual_columns
-                    .function_udf(&arrow, &spec.column, &binding, &stored, env)
-            })?
-        }
-        None => tokio::task::block_in_place(|| {
-            app.virtual_columns
-                .column_udf(ds.schema(), &spec.column, spec.manifest.as_deref())
-        })?,
-    };
-    let source = app
-        .store
-        .backfill_source(
-            location,
-            &at,
-            &spec.column,
-            udf.input_columns(),
-            &spec.filter,
-        )
-        .await?;
-    Ok((source, Arc::new(udf)))
 }
 
 pub(super) async fn run(app: Arc<App>, job: Arc<Job>) {
@@ -210,7 +153,7 @@ pub(super) async fn context(app: &Arc<App>, job: &Arc<Job>) -> Result<Arc<Ctx>, 
         .spec
         .typed()
         .map_err(|e| failed("prepare", e.message))?;
-    let (source, udf) = prepare(app, &record.tenant, &record.location, &spec)
+    let (source, udf) = super::prepare::prepare(app, &record.tenant, &record.location, &spec)
         .await
         .map_err(|e| failed("prepare", e.message))?;
     let field = source.target_field()?;
