@@ -540,6 +540,21 @@ impl Registry {
         Ok(out)
     }
 
+    /// Once a Function has no version left, its folder under a local root goes too (only if
+    /// still empty: a version registered meanwhile keeps it). True when it was removed.
+    pub async fn remove_if_empty(
+        &self,
+        tenant: &str,
+        namespace: &[String],
+        name: &str,
+    ) -> ApiResult<bool> {
+        let folder = Self::folder(tenant, namespace, name);
+        if !self.root.list(&format!("{folder}/")).await?.is_empty() {
+            return Ok(false);
+        }
+        Ok(self.root.remove_empty_dir(&folder).await)
+    }
+
     /// Remove one version; false when it was not there.
     pub async fn drop(
         &self,
@@ -559,23 +574,6 @@ impl Registry {
         }
         self.root.delete(&key).await?;
         Ok(true)
-    }
-}
-
-impl Registry {
-    /// Once a Function has no version left, its folder under a local root goes too (only if
-    /// still empty: a version registered meanwhile keeps it). True when it was removed.
-    pub async fn remove_if_empty(
-        &self,
-        tenant: &str,
-        namespace: &[String],
-        name: &str,
-    ) -> ApiResult<bool> {
-        let folder = Self::folder(tenant, namespace, name);
-        if !self.root.list(&format!("{folder}/")).await?.is_empty() {
-            return Ok(false);
-        }
-        Ok(self.root.remove_empty_dir(&folder).await)
     }
 }
 

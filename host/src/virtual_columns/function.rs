@@ -197,60 +197,7 @@ pub async fn declare(
     let sig = &stored.signature;
     let table = Schema::from(store.latest(location, branch).await?.schema());
 
-    let mut inputs = Vec::new();
-    for p in &sig.inputs {
-        let given = d
-            .application
-            .inputs
-            .iter()
-            .find(|i| i.parameter == p.name)
-            .ok_or_else(|| bad(format!("no input is bound to parameter '{}'", p.name)))?;
-        let path = (given.kind == "column")
-            .then(|| given.value.get("path").and_then(Value::as_str))
-            .flatten()
-            .ok_or_else(|| bad(format!("input '{}' is not a column reference", p.name)))?;
-        let column = table.field_with_name(path).map_err(|_| {
-            bad(format!(
-                "input '{}' reads '{path}', which is not a top-level column of the table \
-                 (nested inputs are not supported)",
-                p.name
-            ))
-        })?;
-        // As the client checks every write against the binding: a null the Function was
-        // declared never to take must not be possible.
-        if column.is_nullable() && !p.nullable {
-            return Err(bad(format!(
-                "input column '{path}' is nullable, but parameter '{}' is not (declare it \
-                 Optional in the Function, or make the column non-nullable)",
-                p.name
-            )));
-        }
-        // Recorded as the client described the column (what it checks writes against).
-        let described = d.input_bindings.iter().find(|b| b.parameter == p.name);
-        inputs.push((
-            p.name.clone(),
-            path.to_string(),
-            described.map_or_else(|| p.arrow_type.clone(), |b| b.arrow_type.clone()),
-            described.map_or(column.is_nullable(), |b| b.nullable),
-        ));
-        if described.is_some_and(|b| b.field_path != path) {
-            return Err(bad(format!(
-                "input_bindings disagree with the application on parameter '{}'",
-                p.name
-            )));
-        }
-    }
-    if let Some(extra) = d
-        .application
-        .inputs
-        .iter()
-        .find(|i| !sig.inputs.iter().any(|p| p.name == i.parameter))
-    {
-        return Err(bad(format!(
-            "the Function has no parameter '{}'",
-            extra.parameter
-        )));
-    }
+    let inputs = bind_inputs(sig, &d, &table)?;
 
     // lancedb checks a Function column's metadata against the binding's input paths.
     let input_paths = serde_json::to_string(
@@ -368,6 +315,74 @@ pub async fn declare(
             ])
         })
         .await
+}
+
+/// One bound input: (parameter, column, its type and nullability as the client described the
+/// column, which lancedb checks every write against).
+type BoundInput = (String, String, String, bool);
+
+/// Each of the Function's parameters bound to a top-level column of `table`.
+fn bind_inputs(
+    sig: &FunctionSignature,
+    d: &Declaration,
+    table: &Schema,
+) -> ApiResult<Vec<BoundInput>> {
+    let bad = |m: String| ApiError::invalid(format!("function: {m}"));
+    let mut inputs = Vec::new();
+    for p in &sig.inputs {
+        let given = d
+            .application
+            .inputs
+            .iter()
+            .find(|i| i.parameter == p.name)
+            .ok_or_else(|| bad(format!("no input is bound to parameter '{}'", p.name)))?;
+        let path = (given.kind == "column")
+            .then(|| given.value.get("path").and_then(Value::as_str))
+            .flatten()
+            .ok_or_else(|| bad(format!("input '{}' is not a column reference", p.name)))?;
+        let column = table.field_with_name(path).map_err(|_| {
+            bad(format!(
+                "input '{}' reads '{path}', which is not a top-level column of the table \
+                 (nested inputs are not supported)",
+                p.name
+            ))
+        })?;
+        // As the client checks every write against the binding: a null the Function was
+        // declared never to take must not be possible.
+        if column.is_nullable() && !p.nullable {
+            return Err(bad(format!(
+                "input column '{path}' is nullable, but parameter '{}' is not (declare it \
+                 Optional in the Function, or make the column non-nullable)",
+                p.name
+            )));
+        }
+        // Recorded as the client described the column (what it checks writes against).
+        let described = d.input_bindings.iter().find(|b| b.parameter == p.name);
+        inputs.push((
+            p.name.clone(),
+            path.to_string(),
+            described.map_or_else(|| p.arrow_type.clone(), |b| b.arrow_type.clone()),
+            described.map_or(column.is_nullable(), |b| b.nullable),
+        ));
+        if described.is_some_and(|b| b.field_path != path) {
+            return Err(bad(format!(
+                "input_bindings disagree with the application on parameter '{}'",
+                p.name
+            )));
+        }
+    }
+    if let Some(extra) = d
+        .application
+        .inputs
+        .iter()
+        .find(|i| !sig.inputs.iter().any(|p| p.name == i.parameter))
+    {
+        return Err(bad(format!(
+            "the Function has no parameter '{}'",
+            extra.parameter
+        )));
+    }
+    Ok(inputs)
 }
 
 fn to_text<T: Serialize>(value: &T) -> Result<String, String> {
