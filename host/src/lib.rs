@@ -17,6 +17,7 @@ pub mod http;
 pub mod jobs;
 pub mod json_types;
 pub mod metrics;
+pub mod object_requests;
 pub mod root;
 pub mod server;
 pub mod sql_guard;
@@ -47,6 +48,8 @@ pub struct App {
     /// Background compaction, index upkeep and version cleanup.
     pub upkeep: upkeep::Upkeep,
     pub metrics: metrics::Metrics,
+    /// Object-store requests by operation, for `/metrics`.
+    pub object_requests: std::sync::Arc<object_requests::Counts>,
     /// Bounds on requests in flight and on body memory.
     pub admission: http::pipeline::overload::Admission,
     /// Lets non-loopback clients read `/metrics`.

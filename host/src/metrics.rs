@@ -19,6 +19,11 @@ use crate::App;
 pub const NO_TENANT: &str = "none";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ObjectStoreLabels {
+    op: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     pub route: String,
     pub method: String,
@@ -174,6 +179,19 @@ fn scraped(app: &App) -> Registry {
         .set(n as i64);
     }
     r.register("jobs", "Background jobs by type, state and tenant", jobs);
+
+    let object_requests = Family::<ObjectStoreLabels, Counter>::default();
+    for (op, n) in app.object_requests.snapshot() {
+        object_requests
+            .get_or_create(&ObjectStoreLabels { op: op.to_string() })
+            .inc_by(n);
+    }
+    r.register(
+        "object_store_requests",
+        "Object-store requests made for tables, catalogs and the data root, by operation (file \
+         system calls on a local root)",
+        object_requests,
+    );
 
     let runtime = app.virtual_columns.runtime();
     let stats = runtime.stats();

@@ -17,6 +17,8 @@ use crate::{App, http};
 pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
     let root_uri = config.root_uri()?;
     let session = Arc::new(Session::default());
+    let object_requests = Arc::new(crate::object_requests::Counts::default());
+    crate::object_requests::count_requests(&session.store_registry(), object_requests.clone());
     let storage_options = config.storage_options();
     let root = Arc::new(RootStore::open(&root_uri, &storage_options, &session).await?);
     // A missing bucket or bad credentials stop the start, rather than fail every request.
@@ -67,6 +69,7 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
         jobs,
         upkeep: crate::upkeep::Upkeep::new(config.upkeep_policy(), config.upkeep_interval),
         metrics: Default::default(),
+        object_requests,
         admission: http::pipeline::overload::Admission::new(http::pipeline::overload::Bounds {
             max_in_flight: config.max_in_flight,
             tenant_max_in_flight: config.tenant_max_in_flight,

@@ -446,3 +446,42 @@ async fn stalled_clients_time_out_headers_and_bodies() {
     let (status, _) = server.post("/v1/namespace/$/list", json!({})).await;
     assert_eq!(status, 200);
 }
+
+/// `lancet_object_store_requests_total{op}` of a scrape.
+fn object_requests(text: &str, op: &str) -> u64 {
+    let needle = format!("lancet_object_store_requests_total{{op=\"{op}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&needle))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {needle} in {text}"))
+}
+
+#[tokio::test]
+async fn object_store_requests_are_counted_by_operation() {
+    let server = Server::start().await;
+    server.create_table("t", 10).await;
+    let before = scrape(&server).await;
+    let (put0, get0) = (
+        object_requests(&before, "put"),
+        object_requests(&before, "get"),
+    );
+    assert!(put0 > 0, "creating a table wrote objects: {before}");
+    let (st, b) = server
+        .post_arrow("/v1/table/t/insert", &sample(10, 5))
+        .await;
+    assert_eq!(st, 200, "{b}");
+    let rows = server.query("t", json!({"limit": 100})).await;
+    assert_eq!(rows.iter().map(|b| b.num_rows()).sum::<usize>(), 15);
+    let after = scrape(&server).await;
+    assert!(
+        object_requests(&after, "put") > put0,
+        "an insert writes: {after}"
+    );
+    assert!(
+        object_requests(&after, "get") > get0,
+        "a query reads: {after}"
+    );
+    for op in ["head", "list", "delete", "copy", "rename", "multipart"] {
+        object_requests(&after, op);
+    }
+}
