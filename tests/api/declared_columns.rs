@@ -233,6 +233,20 @@ async fn function_columns_are_declared_as_lancedb_bindings_and_refreshed() {
         .await;
     assert_error(st, &b, 400, 13);
     assert!(b["detail"].as_str().unwrap().contains("version 9"), "{b}");
+    // A field Lancet does not know is refused by name, not dropped.
+    let mut unknown = function.clone();
+    unknown["application"]["retry_policy"] = json!("skip");
+    let (st, b) = s
+        .post(
+            "/v1/table/f/add_columns",
+            json!({"new_columns": columns, "function": unknown}),
+        )
+        .await;
+    assert_error(st, &b, 400, 13);
+    assert!(
+        b["detail"].as_str().unwrap().contains("retry_policy"),
+        "{b}"
+    );
     // Only some of a binding's outputs: lancedb would refuse every later write to the table.
     let mut partial = function.clone();
     partial["output_schema"]["fields"] = json!([

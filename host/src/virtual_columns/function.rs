@@ -64,6 +64,7 @@ pub struct FunctionRef {
 // --- what the client declares (add_columns' `function`) ------------------------------------
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Declaration {
     application: Application,
     #[serde(default)]
@@ -79,6 +80,7 @@ struct Declaration {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct DeclaredInput {
     parameter: String,
     field_path: String,
@@ -87,6 +89,7 @@ struct DeclaredInput {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Application {
     function: FunctionRef,
     inputs: Vec<ApplicationInput>,
@@ -99,6 +102,7 @@ struct Application {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct ApplicationInput {
     parameter: String,
     kind: String,
@@ -106,6 +110,7 @@ struct ApplicationInput {
 }
 
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct DeclaredOutput {
     output_name: String,
     output_ordinal: u32,
@@ -442,6 +447,11 @@ fn initialization_row(
     if sig.initialization.is_empty() {
         return Ok(None);
     }
+    let line = Value::Object(given.clone()).to_string();
+    // The same bound the runtime puts on an initialization it is handed.
+    if line.len() > 64 << 10 {
+        return Err(bad(format!("{} bytes; at most 64 KiB", line.len())));
+    }
     let mut fields = Vec::new();
     for p in &sig.initialization {
         if !p.nullable && given.get(&p.name).is_none_or(Value::is_null) {
@@ -450,7 +460,6 @@ fn initialization_row(
         fields.push(Field::new(&p.name, arrow_type(&p.arrow_type)?, p.nullable));
     }
     let schema = Arc::new(Schema::new(fields));
-    let line = Value::Object(given.clone()).to_string();
     let batch = arrow_json::ReaderBuilder::new(schema.clone())
         .build(std::io::Cursor::new(line))
         .map_err(|e| bad(e.to_string()))?
