@@ -1,14 +1,15 @@
-//! Replica benchmark (issue 17). In one run, the same workload against:
+//! Replica benchmark (issues 17 and 29). In one run, the same workload against:
 //! 1 `lancet serve` on a local directory, and 1, 2 and 3 replicas sharing one root on an
 //! S3-compatible server (moto on loopback, started from the test venv unless
-//! `LANCET_BENCH_S3_ENDPOINT` names one). Clients spread their requests round-robin over the
-//! replicas. Printed per setup:
+//! `LANCET_BENCH_S3_ENDPOINT` names one), first checking the store on every read
+//! (`--read-consistency-interval 0`), then with the default interval. Clients spread their
+//! requests round-robin over the replicas. Printed per setup:
 //!
 //! - query throughput for 8 concurrent clients: vector (exact, k=10), full-text, and a count
 //!   with a predicate;
 //! - merge_insert throughput for 4 concurrent writers (20 rows each: 10 updates, 10 new);
-//! - with 2+ replicas, the latency of the first read on another node right after a write
-//!   acknowledged by one, against a repeat of the same read.
+//! - with 2+ replicas, how long after a write acknowledged by one node another node first
+//!   answers with it (polled every 5 ms), against a repeat of that read.
 //!
 //! ```sh
 //! cargo build --release --bin lancet --example replica_bench
@@ -165,33 +166,41 @@ impl Setup {
         }
     }
 
-    /// Median (first read on another node right after a write, a repeat of that read), in ms.
+    /// Medians (ms from a write acknowledged by node 0 until node 1 answers with it, a repeat
+    /// of that read).
     async fn read_after_write(&self, samples: usize) -> (f64, f64) {
-        let (mut first, mut again) = (Vec::new(), Vec::new());
+        let (mut visible, mut again) = (Vec::new(), Vec::new());
         for s in 0..samples {
             let id = 5_000_000 + s as i64;
             self.send(0, "/v1/table/b/insert", batch(&[id], 0).into(), true)
                 .await;
             let body = json!({"predicate": format!("id = {id}")});
-            for out in [&mut first, &mut again] {
-                let start = Instant::now();
-                let r = self
-                    .c
-                    .post(format!("{}/v1/table/b/count_rows", self.base(1)))
-                    .json(&body)
-                    .send()
-                    .await
-                    .unwrap();
-                let n: Value = r.json().await.unwrap();
-                assert_eq!(n, json!(1), "the write is seen on the other node");
-                out.push(start.elapsed().as_secs_f64() * 1e3);
+            let written = Instant::now();
+            while self.count_on(1, &body).await != 1 {
+                assert!(written.elapsed() < Duration::from_secs(30), "never seen");
+                tokio::time::sleep(Duration::from_millis(5)).await;
             }
+            visible.push(written.elapsed().as_secs_f64() * 1e3);
+            let start = Instant::now();
+            assert_eq!(self.count_on(1, &body).await, 1);
+            again.push(start.elapsed().as_secs_f64() * 1e3);
         }
         let median = |mut v: Vec<f64>| {
             v.sort_by(|a, b| a.partial_cmp(b).unwrap());
             v[v.len() / 2]
         };
-        (median(first), median(again))
+        (median(visible), median(again))
+    }
+
+    async fn count_on(&self, node: usize, body: &Value) -> u64 {
+        let r = self
+            .c
+            .post(format!("{}/v1/table/b/count_rows", self.base(node)))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        r.json::<Value>().await.unwrap().as_u64().unwrap()
     }
 }
 
@@ -218,12 +227,21 @@ async fn main() {
     ];
     println!("== {rows} rows; {secs} s per measurement; moto at {endpoint}");
     println!(
-        "{:<16} {:>10} {:>10} {:>10} {:>12} {:>22}",
-        "setup", "vector/s", "fts/s", "count/s", "merge_ins/s", "read-after-write ms"
+        "{:<22} {:>12} {:>12} {:>12} {:>12} {:>24}",
+        "setup", "vector/s", "fts/s", "count/s", "merge_ins/s", "visible elsewhere ms"
     );
     let local_dir = tempfile::tempdir().unwrap();
     let mut baseline: Option<[f64; 4]> = None;
-    for replicas in [0usize, 1, 2, 3] {
+    // (replicas, read consistency interval; None: the default)
+    let setups = [
+        (0usize, None),
+        (1, Some("0")),
+        (2, Some("0")),
+        (1, None),
+        (2, None),
+        (3, None),
+    ];
+    for (replicas, interval) in setups {
         let (name, nodes) = if replicas == 0 {
             let node = Served::start_with(
                 &bin,
@@ -233,7 +251,11 @@ async fn main() {
             );
             ("local, 1".to_string(), vec![node])
         } else {
-            let bucket = format!("bench-{replicas}-{}", std::process::id());
+            let bucket = format!(
+                "bench-{replicas}-{}-{}",
+                interval.unwrap_or("default"),
+                std::process::id()
+            );
             reqwest::Client::new()
                 .put(format!("{endpoint}/{bucket}"))
                 .send()
@@ -245,10 +267,14 @@ async fn main() {
                     let id = format!("bench-{n}");
                     let mut env = store_env.to_vec();
                     env.push(("LANCET_NODE_ID", id.as_str()));
+                    if let Some(i) = interval {
+                        env.push(("LANCET_READ_CONSISTENCY_INTERVAL", i));
+                    }
                     Served::start_with(&bin, &root, &[], &env)
                 })
                 .collect();
-            (format!("s3, {replicas}"), nodes)
+            let interval = interval.unwrap_or("default");
+            (format!("s3, {replicas}, rci {interval}"), nodes)
         };
         let setup = Arc::new(Setup {
             name,
@@ -271,7 +297,7 @@ async fn main() {
         };
         let base = *baseline.get_or_insert(figures);
         println!(
-            "{:<16} {:>10} {:>10} {:>10} {:>12} {:>22}",
+            "{:<22} {:>12} {:>12} {:>12} {:>12} {:>24}",
             setup.name,
             format!("{:.0} ({:.2}x)", figures[0], figures[0] / base[0]),
             format!("{:.0} ({:.2}x)", figures[1], figures[1] / base[1]),

@@ -31,6 +31,13 @@ pub struct ServeConfig {
     /// of it). Renewed every third of it.
     #[arg(long, env = "LANCET_JOB_LEASE_TTL", value_parser = humantime::parse_duration, default_value = "15s")]
     pub job_lease_ttl: std::time::Duration,
+    /// How stale a read may be: a read (query, count, describe, catalog lookup) trusts what
+    /// this node checked within this interval and asks the store again after it; 0 checks on
+    /// every request. A node always sees its own writes at once; another node's within the
+    /// interval. Default: 0 on a local root (a check is a directory read), 1s on an object
+    /// store (a check is a billed LIST of 10-60 ms).
+    #[arg(long, env = "LANCET_READ_CONSISTENCY_INTERVAL", value_parser = humantime::parse_duration)]
+    pub read_consistency_interval: Option<std::time::Duration>,
     /// Tasks of backfills running on other nodes of the root that this node computes at once
     /// (it helps whenever it scans the root and finds open tasks); 0 turns helping off.
     #[arg(long, env = "LANCET_JOB_HELPER_TASKS", default_value_t = 1)]
@@ -71,6 +78,11 @@ pub struct ServeConfig {
     /// storage on every query. 0 turns this off.
     #[arg(long, env = "LANCET_VECTOR_CACHE_MB", default_value_t = 512)]
     pub vector_cache_mb: usize,
+    /// Memory for byte ranges of immutable table files (data, deletion and index files) read
+    /// from an object-store root, in MiB: a repeated read is answered from memory instead of a
+    /// GET. Unused on a local root (the kernel's page cache does this). 0 turns it off.
+    #[arg(long, env = "LANCET_OBJECT_CACHE_MB", default_value_t = 256)]
+    pub object_cache_mb: u64,
     /// Requests served at once by the whole server; more are answered 503 with `Retry-After`.
     #[arg(long, env = "LANCET_MAX_IN_FLIGHT", default_value_t = 256)]
     pub max_in_flight: usize,

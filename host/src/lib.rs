@@ -17,6 +17,7 @@ pub mod http;
 pub mod jobs;
 pub mod json_types;
 pub mod metrics;
+pub mod object_cache;
 pub mod object_requests;
 pub mod root;
 pub mod server;
@@ -50,6 +51,8 @@ pub struct App {
     pub metrics: metrics::Metrics,
     /// Object-store requests by operation, for `/metrics`.
     pub object_requests: std::sync::Arc<object_requests::Counts>,
+    /// Immutable table-file ranges held in memory (object-store roots only).
+    pub object_cache: Option<std::sync::Arc<object_cache::ObjectCache>>,
     /// Bounds on requests in flight and on body memory.
     pub admission: http::pipeline::overload::Admission,
     /// Lets non-loopback clients read `/metrics`.

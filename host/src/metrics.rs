@@ -21,6 +21,7 @@ pub const NO_TENANT: &str = "none";
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ObjectStoreLabels {
     op: String,
+    area: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -181,17 +182,38 @@ fn scraped(app: &App) -> Registry {
     r.register("jobs", "Background jobs by type, state and tenant", jobs);
 
     let object_requests = Family::<ObjectStoreLabels, Counter>::default();
-    for (op, n) in app.object_requests.snapshot() {
+    for (area, op, n) in app.object_requests.snapshot() {
         object_requests
-            .get_or_create(&ObjectStoreLabels { op: op.to_string() })
+            .get_or_create(&ObjectStoreLabels {
+                op: op.to_string(),
+                area: area.to_string(),
+            })
             .inc_by(n);
     }
     r.register(
         "object_store_requests",
-        "Object-store requests made for tables, catalogs and the data root, by operation (file \
-         system calls on a local root)",
+        "Object-store requests by operation and area: tables (tenants' tables and catalogs) or \
+         server (jobs, auth, UDF modules, functions, secrets); file-system calls on a local root",
         object_requests,
     );
+    if let Some(cache) = &app.object_cache {
+        let stats = cache.stats();
+        r.register(
+            "object_cache_hits",
+            "Reads of immutable table files answered from memory instead of the object store",
+            ConstCounter::new(stats.hits),
+        );
+        r.register(
+            "object_cache_misses",
+            "Reads of immutable table files the object-store range cache did not hold",
+            ConstCounter::new(stats.misses),
+        );
+        r.register(
+            "object_cache_bytes",
+            "Bytes held by the object-store range cache",
+            ConstGauge::new(stats.bytes as i64),
+        );
+    }
 
     let runtime = app.virtual_columns.runtime();
     let stats = runtime.stats();

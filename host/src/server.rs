@@ -18,7 +18,16 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
     let root_uri = config.root_uri()?;
     let session = Arc::new(Session::default());
     let object_requests = Arc::new(crate::object_requests::Counts::default());
-    crate::object_requests::count_requests(&session.store_registry(), object_requests.clone());
+    let object_cache = (config.object_cache_mb > 0).then(|| {
+        Arc::new(crate::object_cache::ObjectCache::new(
+            config.object_cache_mb << 20,
+        ))
+    });
+    crate::object_requests::count_requests(
+        &session.store_registry(),
+        object_requests.clone(),
+        object_cache.clone(),
+    );
     let storage_options = config.storage_options();
     let root = Arc::new(RootStore::open(&root_uri, &storage_options, &session).await?);
     // A missing bucket or bad credentials stop the start, rather than fail every request.
@@ -44,6 +53,17 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
                 }
             })?;
     }
+    let read_consistency = config
+        .read_consistency_interval
+        .unwrap_or(if root.is_local() {
+            std::time::Duration::ZERO
+        } else {
+            std::time::Duration::from_secs(1)
+        });
+    tracing::info!(
+        interval = %humantime::format_duration(read_consistency),
+        "read consistency interval"
+    );
     let jobs = crate::jobs::JobManager::open(root.clone(), node_id.clone(), config.job_lease_ttl)
         .with_kinds(crate::jobs::kinds::all(
             config.upkeep_concurrency,
@@ -55,14 +75,16 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
             session.clone(),
             storage_options.clone(),
             node_id.clone(),
-        ),
+        )
+        .with_read_consistency(read_consistency),
         auth,
         host_domain: config
             .host_domain
             .as_ref()
             .map(|d| d.trim_matches('.').to_ascii_lowercase())
             .filter(|d| !d.is_empty()),
-        store: Store::new(session, config.vector_cache_mb << 20, storage_options),
+        store: Store::new(session, config.vector_cache_mb << 20, storage_options)
+            .with_read_consistency(read_consistency),
         virtual_columns: VirtualColumns::with_tenant_limits(Arc::new(runtime), &tenant_limits),
         functions: crate::functions::Functions::new(root.clone(), config.secret_key.as_deref())
             .map_err(|e| e.message)?,
@@ -70,6 +92,7 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
         upkeep: crate::upkeep::Upkeep::new(config.upkeep_policy(), config.upkeep_interval),
         metrics: Default::default(),
         object_requests,
+        object_cache,
         admission: http::pipeline::overload::Admission::new(http::pipeline::overload::Bounds {
             max_in_flight: config.max_in_flight,
             tenant_max_in_flight: config.tenant_max_in_flight,

@@ -15,6 +15,7 @@ pub struct Tenants {
     session: Arc<Session>,
     storage_options: HashMap<String, String>,
     node: String,
+    read_consistency: std::time::Duration,
     /// Read on every request; written once per tenant.
     catalogs: std::sync::RwLock<HashMap<String, Arc<Catalog>>>,
     /// Serialises first opens, so a tenant's catalog is opened once.
@@ -33,9 +34,16 @@ impl Tenants {
             session,
             storage_options,
             node,
+            read_consistency: std::time::Duration::ZERO,
             catalogs: Default::default(),
             opening: Default::default(),
         }
+    }
+
+    /// Catalog lookups trust a snapshot checked within `interval` (see `catalog/snapshot.rs`).
+    pub fn with_read_consistency(mut self, interval: std::time::Duration) -> Self {
+        self.read_consistency = interval;
+        self
     }
 
     pub fn root(&self) -> &str {
@@ -67,6 +75,7 @@ impl Tenants {
                 self.session.clone(),
                 &self.storage_options,
                 &self.node,
+                self.read_consistency,
             )
             .await?,
         );

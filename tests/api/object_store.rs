@@ -352,3 +352,127 @@ async fn every_node_lists_and_cancels_the_same_jobs() {
     assert!(done % 20 == 0 && done >= 20, "{done} values");
     assert!(values.iter().all(|(id, v)| v.is_none_or(|v| v == 2 * id)));
 }
+
+/// Object-store requests `node` made for tables and catalogs so far (not its background loops
+/// over server state).
+async fn table_requests(node: &Server) -> u64 {
+    let text = crate::operability::scrape(node).await;
+    [
+        "get",
+        "put",
+        "head",
+        "list",
+        "delete",
+        "copy",
+        "rename",
+        "multipart",
+    ]
+    .iter()
+    .map(|op| crate::operability::object_requests_in(&text, op, "tables"))
+    .sum()
+}
+
+#[tokio::test]
+async fn reads_within_the_consistency_interval_stay_off_the_store() {
+    let root = s3::bucket().await;
+    let interval = ("LANCET_READ_CONSISTENCY_INTERVAL", "5s");
+    let a = s3::server(&root, &[interval, ("LANCET_NODE_ID", "a")]).await;
+    let b = s3::server(&root, &[interval, ("LANCET_NODE_ID", "b")]).await;
+    a.create_table("t", 10).await;
+    let checked = std::time::Instant::now();
+    assert_eq!(b.count("t", json!({})).await, 10);
+
+    // Warm reads of an unchanged table within the interval: no request to the store.
+    // Queries read rows too: the first one fetches them (and keeps the ranges of those
+    // immutable files in memory), the next ones make no request at all, nor do counts and
+    // describes.
+    let query = || b.query("t", json!({"columns": ["id"], "limit": 3}));
+    assert_eq!(query().await.iter().map(|r| r.num_rows()).sum::<usize>(), 3);
+    let before = table_requests(&b).await;
+    for _ in 0..10 {
+        assert_eq!(b.count("t", json!({})).await, 10);
+        assert_eq!(b.version("t").await, 1);
+        assert_eq!(query().await.iter().map(|r| r.num_rows()).sum::<usize>(), 3);
+    }
+    assert_eq!(
+        table_requests(&b).await,
+        before,
+        "warm reads stayed in memory"
+    );
+    let metrics = crate::operability::scrape(&b).await;
+    assert!(
+        metrics.contains("lancet_object_cache_hits_total"),
+        "{metrics}"
+    );
+
+    // A node reads its own writes at once, table and catalog changes alike.
+    let (st, body) = a.post_arrow("/v1/table/t/insert", &sample(10, 5)).await;
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(a.count("t", json!({})).await, 15);
+    b.create_table("u", 4).await;
+    assert_eq!(b.count("u", json!({})).await, 4);
+
+    // Another node sees the write within the interval (and, having checked just before it,
+    // not before the interval is over: reads are bounded-stale, not strong).
+    let written = std::time::Instant::now();
+    let stale = b.count("t", json!({})).await;
+    if checked.elapsed() < Duration::from_secs(4) {
+        assert_eq!(stale, 10, "b trusts its check for the interval");
+    }
+    let mut seen = b.count("t", json!({})).await;
+    while seen != 15 {
+        assert!(
+            written.elapsed() < Duration::from_secs(5 + 5),
+            "b did not see a's write within the interval: {seen}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        seen = b.count("t", json!({})).await;
+    }
+    assert_eq!(b.version("t").await, 2);
+
+    // Writers on both nodes at once lose nothing: a write always checks the latest version.
+    let mut tasks = Vec::new();
+    for (n, node) in [&a, &b].into_iter().enumerate() {
+        let h = node.with_key(ADMIN_KEY);
+        tasks.push(tokio::spawn(async move {
+            let mut acked = 0;
+            for i in 0..4 {
+                let first = 1000 * (n as i64 + 1) + i * 10;
+                let (st, body) = h.post_arrow("/v1/table/t/insert", &sample(first, 10)).await;
+                match st {
+                    200 => acked += 10,
+                    409 | 503 => {}
+                    _ => panic!("insert answered {st}: {body}"),
+                }
+            }
+            acked
+        }));
+    }
+    let mut acked = 15;
+    for t in tasks {
+        acked += t.await.unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    for node in [&a, &b] {
+        while node.count("t", json!({})).await != acked {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "rows lost: {acked} acked"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    // And a's catalog sees the table b created, with its rows.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (st, body) = a.post("/v1/table/u/count_rows", json!({})).await;
+        if st == 200 {
+            assert_eq!(body, json!(4));
+            break;
+        }
+        assert_error(st, &body, 404, 4);
+        assert!(std::time::Instant::now() < deadline, "a never saw table u");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

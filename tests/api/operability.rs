@@ -447,9 +447,17 @@ async fn stalled_clients_time_out_headers_and_bodies() {
     assert_eq!(status, 200);
 }
 
-/// `lancet_object_store_requests_total{op}` of a scrape.
-fn object_requests(text: &str, op: &str) -> u64 {
-    let needle = format!("lancet_object_store_requests_total{{op=\"{op}\"}} ");
+/// `lancet_object_store_requests_total{op,area}` of a scrape, summed over both areas.
+pub fn object_requests(text: &str, op: &str) -> u64 {
+    ["tables", "server"]
+        .iter()
+        .map(|area| object_requests_in(text, op, area))
+        .sum()
+}
+
+/// `lancet_object_store_requests_total{op,area}` of a scrape.
+pub fn object_requests_in(text: &str, op: &str, area: &str) -> u64 {
+    let needle = format!("lancet_object_store_requests_total{{op=\"{op}\",area=\"{area}\"}} ");
     text.lines()
         .find_map(|l| l.strip_prefix(&needle))
         .and_then(|v| v.trim().parse().ok())

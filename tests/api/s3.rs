@@ -89,10 +89,14 @@ pub async fn bucket() -> String {
     format!("s3://{name}/root")
 }
 
-/// A server on `root` with the store's variables plus `extra`.
+/// A server on `root` with the store's variables plus `extra`. Reads check the store on every
+/// request (`LANCET_READ_CONSISTENCY_INTERVAL=0`, unless `extra` says otherwise), so a write on
+/// one node is seen by the next request to another; `object_store.rs` tests the default
+/// interval.
 pub async fn server(root: &str, extra: &[(&str, &str)]) -> Server {
     let env = env();
     let mut all: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    all.push(("LANCET_READ_CONSISTENCY_INTERVAL", "0"));
     all.extend_from_slice(extra);
     Server::start_on(root, &all).await
 }

@@ -6,6 +6,7 @@
 //! renewing, so its batch is settled by whoever takes the lease next.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::error::{ApiError, ApiResult};
@@ -21,6 +22,8 @@ pub struct CatalogLock {
     local: Arc<tokio::sync::Mutex<()>>,
     store: Arc<RootStore>,
     node: String,
+    /// Set when a change ends (the catalog snapshot's flag: see `snapshot.rs`).
+    changed: Arc<AtomicBool>,
 }
 
 /// Held while a catalog change runs; released (locally at once, the lease in the background)
@@ -30,14 +33,16 @@ pub struct CatalogGuard {
     renewer: tokio::task::JoinHandle<()>,
     lease: Arc<tokio::sync::Mutex<Option<Lease>>>,
     store: Arc<RootStore>,
+    changed: Arc<AtomicBool>,
 }
 
 impl CatalogLock {
-    pub fn new(store: Arc<RootStore>, node: String) -> Self {
+    pub fn new(store: Arc<RootStore>, node: String, changed: Arc<AtomicBool>) -> Self {
         Self {
             local: Default::default(),
             store,
             node,
+            changed,
         }
     }
 
@@ -85,12 +90,14 @@ impl CatalogLock {
             renewer,
             lease,
             store: self.store.clone(),
+            changed: self.changed.clone(),
         }
     }
 }
 
 impl Drop for CatalogGuard {
     fn drop(&mut self) {
+        self.changed.store(true, Ordering::SeqCst);
         self.renewer.abort();
         let (lease, store) = (self.lease.clone(), self.store.clone());
         tokio::spawn(async move {

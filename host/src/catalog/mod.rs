@@ -25,6 +25,28 @@ pub mod snapshot;
 
 pub use lock::{CatalogGuard, CatalogLock};
 
+/// The namespace borrowed for one call; see [`Catalog::ns`].
+pub struct NsCall<'a> {
+    ns: &'a dyn LanceNamespace,
+    changed: &'a snapshot::Snapshots,
+}
+
+impl<'a> std::ops::Deref for NsCall<'a> {
+    type Target = dyn LanceNamespace + 'a;
+
+    fn deref(&self) -> &Self::Target {
+        self.ns
+    }
+}
+
+impl Drop for NsCall<'_> {
+    fn drop(&mut self) {
+        self.changed
+            .changed()
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// A table's entry: where it is and what the namespace stores with it.
 #[derive(Clone, Debug)]
 pub struct TableEntry {
@@ -66,6 +88,7 @@ impl Catalog {
         session: Arc<Session>,
         options: &HashMap<String, String>,
         node: &str,
+        read_consistency: std::time::Duration,
     ) -> ApiResult<Self> {
         // Manifest only: in dual mode a deregistered root-level table stays visible through
         // directory listing, so the `__manifest` table is the single source of truth.
@@ -77,18 +100,21 @@ impl Catalog {
             .await
             .map_err(ApiError::from)?;
         let state = Arc::new(RootStore::open(root, options, &session).await?);
+        let snapshots = snapshot::Snapshots::new(
+            root,
+            state.is_local(),
+            session.clone(),
+            options.clone(),
+            read_consistency,
+        );
+        let changed = snapshots.changed();
         let catalog = Self {
             ns: Arc::new(ns),
             root: root.to_string(),
-            snapshots: snapshot::Snapshots::new(
-                root,
-                state.is_local(),
-                session.clone(),
-                options.clone(),
-            ),
+            snapshots,
             resolved: Mutex::default(),
             known_namespaces: Mutex::default(),
-            commit_lock: CatalogLock::new(state.clone(), node.to_string()),
+            commit_lock: CatalogLock::new(state.clone(), node.to_string(), changed),
             intents: batch::Intents::new(state.clone()),
             state,
             uploads_swept: Default::default(),
@@ -110,8 +136,14 @@ impl Catalog {
         Ok(catalog)
     }
 
-    pub fn ns(&self) -> &dyn LanceNamespace {
-        self.ns.as_ref()
+    /// The namespace, for a change (or a lookup the snapshot cannot answer). The snapshot is
+    /// marked for a check once the call's statement ends, so this process sees its own
+    /// change at the next lookup whatever the read consistency interval.
+    pub fn ns(&self) -> NsCall<'_> {
+        NsCall {
+            ns: self.ns.as_ref(),
+            changed: &self.snapshots,
+        }
     }
 
     pub fn root(&self) -> &str {
@@ -328,6 +360,9 @@ impl Catalog {
     pub fn invalidate(&self, _id: &[String]) {}
 
     pub fn invalidate_all(&self) {
+        self.snapshots
+            .changed()
+            .store(true, std::sync::atomic::Ordering::SeqCst);
         self.known_namespaces.lock().unwrap().clear();
     }
 

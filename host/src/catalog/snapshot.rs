@@ -7,8 +7,10 @@
 //!   built only once the directory time is [`GRACE`] old: a later commit then always shows as
 //!   a newer time. Within [`GRACE`] of a catalog write, lookups go to the namespace itself (its
 //!   filtered scan, as before) rather than rebuilding the whole snapshot for every request.
-//! - on an object store, the table's latest version (one listing, as every request makes of
-//!   its own table).
+//! - on an object store, the table's latest version (one listing), at most once per read
+//!   consistency interval (`--read-consistency-interval`); a catalog change made through this
+//!   process marks the snapshot for a check at once ([`Snapshots::changed`]), so a node always
+//!   sees its own changes.
 //!
 //! Concurrent requests that find the snapshot out of date share one rebuild. Only positive
 //! answers come from here: a name the snapshot lacks is asked of the namespace itself, which
@@ -16,8 +18,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use arrow_array::Array;
 use arrow_array::cast::AsArray;
@@ -76,6 +79,13 @@ pub struct Snapshots {
     session: Arc<Session>,
     storage_options: HashMap<String, String>,
     current: Mutex<Option<(Stamp, Arc<Snapshot>)>>,
+    /// How long a checked snapshot is trusted without a new check, and when the last check
+    /// began.
+    interval: Duration,
+    checked: Mutex<Option<Instant>>,
+    /// Set when this process changed the catalog: the next lookup checks, whatever the
+    /// interval.
+    changed: Arc<AtomicBool>,
     /// The opened `__manifest` table, for version checks on an object store.
     dataset: Mutex<Option<Arc<lance::Dataset>>>,
     rebuilding: tokio::sync::Mutex<()>,
@@ -87,6 +97,7 @@ impl Snapshots {
         local: bool,
         session: Arc<Session>,
         storage_options: HashMap<String, String>,
+        interval: Duration,
     ) -> Self {
         let root = root.trim_end_matches('/');
         let versions_dir = local.then(|| {
@@ -98,14 +109,61 @@ impl Snapshots {
             session,
             storage_options,
             current: Mutex::default(),
+            interval,
+            checked: Mutex::default(),
+            changed: Arc::new(AtomicBool::new(false)),
             dataset: Mutex::default(),
             rebuilding: tokio::sync::Mutex::new(()),
         }
     }
 
-    /// The catalog as it is now; `None` when it has no `__manifest` table yet or was changed
-    /// too recently to be trusted from memory (the caller asks the namespace).
+    /// The flag a catalog change made by this process sets (see [`Snapshots::get`]).
+    pub fn changed(&self) -> Arc<AtomicBool> {
+        self.changed.clone()
+    }
+
+    /// The catalog as it is now (or, on an object store, as it was at most the read
+    /// consistency interval ago, and after every change this process made); `None` when it
+    /// has no `__manifest` table yet or was changed too recently to be trusted from memory
+    /// (the caller asks the namespace).
     pub async fn get(&self) -> ApiResult<Option<Arc<Snapshot>>> {
+        if let Some(s) = self.trusted() {
+            return Ok(Some(s));
+        }
+        // Cleared before the check: a change finishing during it sets it again.
+        self.changed.store(false, Ordering::SeqCst);
+        let began = Instant::now();
+        let snapshot = self.checked_now().await?;
+        // Trusted later only if it is the one kept (a local snapshot too fresh to keep is
+        // not).
+        let kept = snapshot.as_ref().is_some_and(|s| {
+            let current = self.current.lock().unwrap();
+            current.as_ref().is_some_and(|(_, c)| Arc::ptr_eq(c, s))
+        });
+        if kept && !self.interval.is_zero() {
+            *self.checked.lock().unwrap() = Some(began);
+        }
+        Ok(snapshot)
+    }
+
+    /// The current snapshot when it was checked within the interval and nothing changed here
+    /// since.
+    fn trusted(&self) -> Option<Arc<Snapshot>> {
+        if self.interval.is_zero() || self.changed.load(Ordering::SeqCst) {
+            return None;
+        }
+        let checked = (*self.checked.lock().unwrap())?;
+        if checked.elapsed() >= self.interval {
+            return None;
+        }
+        self.current
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(|(_, s)| s.clone())
+    }
+
+    async fn checked_now(&self) -> ApiResult<Option<Arc<Snapshot>>> {
         let Some(stamp) = self.stamp().await? else {
             return Ok(None);
         };

@@ -1,6 +1,9 @@
 //! The data plane: lance datasets opened through one shared [`Session`], cached per
-//! (table location, branch), always checked for freshness before use so that writes made by
-//! another process or replica are seen. Writes to one (table, branch) are serialised inside
+//! (table location, branch). Writers and jobs always check a cached dataset is the latest
+//! version before use ([`Store::latest`]); reads ([`Store::read`]) do so unless they checked
+//! within the read consistency interval (`--read-consistency-interval`), and this process's
+//! own commits replace the cached dataset at once, so a node always reads its own writes.
+//! Writes to one (table, branch) are serialised inside
 //! this process so concurrent clients queue instead of failing on optimistic-commit conflicts;
 //! lance's own commit protocol still protects against other writers.
 
@@ -30,6 +33,7 @@ pub use write::*;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use lance::Dataset;
 use lance::dataset::builder::DatasetBuilder;
@@ -42,12 +46,21 @@ type Key = (String, Option<String>);
 
 pub struct Store {
     session: Arc<Session>,
-    cache: Mutex<HashMap<Key, Arc<Dataset>>>,
+    cache: Mutex<HashMap<Key, Cached>>,
+    /// How long a read trusts a dataset checked (or written) by this process without asking
+    /// the store again; zero: every read checks.
+    read_consistency: Duration,
     write_locks: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
     /// Decoded vector columns for exact search without an index.
     pub vectors: VectorCache,
     /// `--storage-option`s, for every dataset opened or written.
     storage_options: HashMap<String, String>,
+}
+
+struct Cached {
+    ds: Arc<Dataset>,
+    /// When it was last known to be the latest version (taken before the check began).
+    checked: Instant,
 }
 
 /// Which state of a table a request reads: a branch (None = main) and a version (None = latest).
@@ -93,10 +106,17 @@ impl Store {
         Self {
             session,
             cache: Mutex::default(),
+            read_consistency: Duration::ZERO,
             write_locks: Mutex::default(),
             vectors: VectorCache::new(vector_cache_bytes),
             storage_options,
         }
+    }
+
+    /// Reads trust what this process saw within `interval` (see the module docs).
+    pub fn with_read_consistency(mut self, interval: Duration) -> Self {
+        self.read_consistency = interval;
+        self
     }
 
     pub fn session(&self) -> Arc<Session> {
@@ -112,29 +132,51 @@ impl Store {
         &self.storage_options
     }
 
-    /// The latest version of `branch`, fresh.
+    /// The latest version of `branch`, checked against the store now.
     pub async fn latest(&self, location: &str, branch: Option<&str>) -> ApiResult<Arc<Dataset>> {
         let key = (location.to_string(), branch.map(str::to_string));
-        let cached = self.cache.lock().unwrap().get(&key).cloned();
+        let began = Instant::now();
+        let cached = self.cache.lock().unwrap().get(&key).map(|c| c.ds.clone());
         if let Some(ds) = cached {
             let latest = ds.latest_version_id().await.map_err(ApiError::from)?;
             if latest == ds.version().version {
+                self.checked(&key, latest, began);
                 return Ok(ds);
             }
             let mut fresh = (*ds).clone();
             fresh.checkout_latest().await.map_err(ApiError::from)?;
             let fresh = Arc::new(fresh);
-            self.remember(location, branch, fresh.clone());
+            self.remember_checked(key, fresh.clone(), began);
             return Ok(fresh);
         }
         let ds = Arc::new(self.load(location, branch).await?);
-        self.remember(location, branch, ds.clone());
+        self.remember_checked(key, ds.clone(), began);
         Ok(ds)
     }
 
-    /// The dataset as `at` asks: latest of its branch, or a pinned version of it.
+    /// The latest version of `branch` as a read may see it: the cached one when it was
+    /// checked within the read consistency interval, else checked now.
+    async fn current(&self, location: &str, branch: Option<&str>) -> ApiResult<Arc<Dataset>> {
+        if !self.read_consistency.is_zero() {
+            let key = (location.to_string(), branch.map(str::to_string));
+            let trusted = self
+                .cache
+                .lock()
+                .unwrap()
+                .get(&key)
+                .filter(|c| c.checked.elapsed() < self.read_consistency)
+                .map(|c| c.ds.clone());
+            if let Some(ds) = trusted {
+                return Ok(ds);
+            }
+        }
+        self.latest(location, branch).await
+    }
+
+    /// The dataset as `at` asks: latest of its branch (within the read consistency
+    /// interval), or a pinned version of it.
     pub async fn read(&self, location: &str, at: &At) -> ApiResult<Arc<Dataset>> {
-        let ds = self.latest(location, at.branch.as_deref()).await?;
+        let ds = self.current(location, at.branch.as_deref()).await?;
         match at.version {
             None => Ok(ds),
             Some(v) if v == ds.version().version => Ok(ds),
@@ -163,16 +205,32 @@ impl Store {
         }
     }
 
+    /// `ds` is the latest version of (`location`, `branch`): this process just committed
+    /// it.
     pub fn remember(&self, location: &str, branch: Option<&str>, ds: Arc<Dataset>) {
         let key = (location.to_string(), branch.map(str::to_string));
+        self.remember_checked(key, ds, Instant::now());
+    }
+
+    fn remember_checked(&self, key: Key, ds: Arc<Dataset>, checked: Instant) {
         let mut cache = self.cache.lock().unwrap();
         // Never replace a newer dataset with an older one (two writers finishing out of order).
         if let Some(old) = cache.get(&key)
-            && old.version().version > ds.version().version
+            && old.ds.version().version > ds.version().version
         {
             return;
         }
-        cache.insert(key, ds);
+        cache.insert(key, Cached { ds, checked });
+    }
+
+    /// The cached dataset of `key` was found to be `version`, the latest, at `checked`.
+    fn checked(&self, key: &Key, version: u64, checked: Instant) {
+        if let Some(c) = self.cache.lock().unwrap().get_mut(key)
+            && c.ds.version().version == version
+            && c.checked < checked
+        {
+            c.checked = checked;
+        }
     }
 
     /// Forget every cached state of a table (dropped, deregistered, overwritten by a restore
