@@ -252,10 +252,22 @@ impl ObjectStore for Caching {
             .collect();
         if !missing.is_empty() {
             self.cache.missed(missing.len());
-            let mut fetched = self.inner.get_ranges(location, &missing).await?.into_iter();
+            let fetched = self.inner.get_ranges(location, &missing).await?;
+            if fetched.len() != missing.len() {
+                return Err(object_store::Error::Generic {
+                    store: "ObjectCache",
+                    source: format!(
+                        "{location}: asked for {} ranges, got {}",
+                        missing.len(),
+                        fetched.len()
+                    )
+                    .into(),
+                });
+            }
+            let mut fetched = fetched.into_iter();
             for (slot, r) in out.iter_mut().zip(ranges) {
                 if slot.is_none() {
-                    let bytes = fetched.next().unwrap_or_default();
+                    let bytes = fetched.next().unwrap_or_default(); // as many as missing
                     if r.end - r.start <= MAX_RANGE {
                         self.cache
                             .ranges
