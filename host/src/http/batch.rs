@@ -9,6 +9,7 @@
 //! forward) before the tenant's catalog is used again. A conflict with a concurrent writer (a
 //! table declared meanwhile, a version created meanwhile) is a 409 and leaves nothing applied.
 
+use axum::extract::State;
 use axum::response::Response;
 use lance_namespace::ErrorCode;
 use serde::Deserialize;
@@ -16,7 +17,8 @@ use serde_json::{Value, json};
 
 use super::pipeline::auth::Caller;
 use super::pipeline::extract::JsonBody;
-use super::reply;
+use super::{AppState, reply};
+use crate::catalog::Catalog;
 use crate::catalog::batch::{BatchFailure, BatchOp, Stage};
 use crate::error::{ApiError, ApiResult};
 
@@ -106,7 +108,29 @@ fn batch_transaction(ops: &[BatchOp]) -> Vec<super::transactions::BatchTxOp> {
         .collect()
 }
 
-pub async fn commit(caller: Caller, JsonBody(body): JsonBody<BatchBody>) -> ApiResult<Response> {
+/// `Catalog::commit_batch`; then this node's next read of every table the batch named checks
+/// the store, whatever the read consistency interval: the batch committed through the
+/// namespace, not through the store's cache, and a node always reads its own writes.
+pub(super) async fn commit_batch(
+    app: &AppState,
+    catalog: &Catalog,
+    ops: Vec<BatchOp>,
+) -> Result<Vec<Value>, BatchFailure> {
+    let ids: Vec<Vec<String>> = ops.iter().map(|op| op.id().to_vec()).collect();
+    let outcome = catalog.commit_batch(ops).await;
+    for id in ids {
+        if let Ok(location) = catalog.locate(&id).await {
+            app.store.recheck(&location);
+        }
+    }
+    outcome
+}
+
+pub async fn commit(
+    State(app): State<AppState>,
+    caller: Caller,
+    JsonBody(body): JsonBody<BatchBody>,
+) -> ApiResult<Response> {
     if body.operations.is_empty() {
         return Err(ApiError::invalid("operations must not be empty"));
     }
@@ -117,7 +141,7 @@ pub async fn commit(caller: Caller, JsonBody(body): JsonBody<BatchBody>) -> ApiR
         .map(|(i, v)| parse_op(i, v, &caller))
         .collect::<ApiResult<_>>()?;
     let tx = batch_transaction(&ops);
-    match caller.catalog.commit_batch(ops).await {
+    match commit_batch(&app, &caller.catalog, ops).await {
         Ok(results) => Ok(reply(
             json!({ "results": results, "transaction_id": super::transactions::batch_transaction_id(&tx) }),
         )),

@@ -3,16 +3,17 @@
 //! (it stages a manifest in the table's directory, then asks for it to become a version).
 //! Each is a batch of `catalog::batch`: all or nothing, across a crash too.
 
+use axum::extract::State;
 use axum::response::Response;
 use lance_namespace::models::{
     BatchCreateTableVersionsRequest, BatchDeleteTableVersionsRequest, CreateTableVersionRequest,
 };
 use serde_json::{Value, json};
 
-use super::batch::render;
+use super::batch::{commit_batch, render};
 use super::pipeline::auth::Caller;
 use super::pipeline::extract::{JsonBody, Target};
-use super::reply;
+use super::{AppState, reply};
 use crate::catalog::batch::BatchOp;
 use crate::error::{ApiError, ApiResult};
 
@@ -34,35 +35,51 @@ fn table_id(target: &Target, body: &Value) -> ApiResult<Vec<String>> {
 }
 
 /// `version/create`: the staged manifest at `manifest_path` becomes version `version`.
-pub async fn create(target: Target, JsonBody(body): JsonBody<Value>) -> ApiResult<Response> {
+pub async fn create(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<Value>,
+) -> ApiResult<Response> {
     let id = table_id(&target, &body)?;
     let mut request: CreateTableVersionRequest = parse(body, "version/create")?;
     request.id = Some(id);
-    let results = target
-        .catalog
-        .commit_batch(vec![BatchOp::CreateTableVersion(request)])
-        .await
-        .map_err(|f| render(f, "version/create"))?;
+    let results = commit_batch(
+        &app,
+        &target.catalog,
+        vec![BatchOp::CreateTableVersion(request)],
+    )
+    .await
+    .map_err(|f| render(f, "version/create"))?;
     Ok(reply(results[0]["create_table_version"].clone()))
 }
 
 /// `version/delete`: the versions in `ranges` ([start_version, end_version); a negative end
 /// means through the latest) are removed.
-pub async fn delete(target: Target, JsonBody(body): JsonBody<Value>) -> ApiResult<Response> {
+pub async fn delete(
+    State(app): State<AppState>,
+    target: Target,
+    JsonBody(body): JsonBody<Value>,
+) -> ApiResult<Response> {
     let id = table_id(&target, &body)?;
     let mut request: BatchDeleteTableVersionsRequest = parse(body, "version/delete")?;
     request.id = Some(id);
-    let results = target
-        .catalog
-        .commit_batch(vec![BatchOp::DeleteTableVersions(request)])
-        .await
-        .map_err(|f| render(f, "version/delete"))?;
+    let results = commit_batch(
+        &app,
+        &target.catalog,
+        vec![BatchOp::DeleteTableVersions(request)],
+    )
+    .await
+    .map_err(|f| render(f, "version/delete"))?;
     Ok(reply(results[0]["delete_table_versions"].clone()))
 }
 
 /// `version/batch-create`: one new version for each entry, of one or several tables, all
 /// or none.
-pub async fn batch_create(caller: Caller, JsonBody(body): JsonBody<Value>) -> ApiResult<Response> {
+pub async fn batch_create(
+    State(app): State<AppState>,
+    caller: Caller,
+    JsonBody(body): JsonBody<Value>,
+) -> ApiResult<Response> {
     let request: BatchCreateTableVersionsRequest = parse(body, "version/batch-create")?;
     if request.entries.is_empty() {
         return Err(ApiError::invalid("entries must not be empty"));
@@ -84,9 +101,7 @@ pub async fn batch_create(caller: Caller, JsonBody(body): JsonBody<Value>) -> Ap
             ..Default::default()
         }));
     }
-    let results = caller
-        .catalog
-        .commit_batch(ops)
+    let results = commit_batch(&app, &caller.catalog, ops)
         .await
         .map_err(|f| render(f, "version/batch-create"))?;
     let versions: Vec<Value> = results

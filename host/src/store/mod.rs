@@ -233,6 +233,19 @@ impl Store {
         }
     }
 
+    /// The next read of any branch of `location` checks the store, whatever the interval
+    /// (it was committed to other than through this store: a namespace client's version).
+    pub fn recheck(&self, location: &str) {
+        let mut cache = self.cache.lock().unwrap();
+        match Instant::now().checked_sub(self.read_consistency) {
+            Some(stale) => cache
+                .iter_mut()
+                .filter(|((loc, _), _)| loc == location)
+                .for_each(|(_, c)| c.checked = c.checked.min(stale)),
+            None => cache.retain(|(loc, _), _| loc != location),
+        }
+    }
+
     /// Forget every cached state of a table (dropped, deregistered, overwritten by a restore
     /// on another branch).
     pub fn forget(&self, location: &str) {
@@ -276,5 +289,82 @@ pub fn branch_error(err: lance_core::Error, branch: &str) -> ApiError {
             )
         }
         _ => api,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{ArrayRef, Int64Array, RecordBatch, RecordBatchIterator};
+    use arrow_schema::{DataType, Field, Schema};
+    use lance::dataset::{WriteMode, WriteParams};
+
+    fn rows(n: i64) -> (RecordBatch, Arc<Schema>) {
+        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
+        let column = Arc::new(Int64Array::from((0..n).collect::<Vec<_>>())) as ArrayRef;
+        (
+            RecordBatch::try_new(schema.clone(), vec![column]).unwrap(),
+            schema,
+        )
+    }
+
+    /// Another process appends to the table (not through `store`).
+    async fn append_elsewhere(location: &str) {
+        let (batch, schema) = rows(5);
+        let params = WriteParams {
+            mode: WriteMode::Append,
+            ..Default::default()
+        };
+        Dataset::write(
+            RecordBatchIterator::new([Ok(batch)], schema),
+            location,
+            Some(params),
+        )
+        .await
+        .unwrap();
+    }
+
+    #[tokio::test]
+    async fn reads_trust_a_check_for_the_interval_and_recheck_when_told() {
+        let dir = tempfile::tempdir().unwrap();
+        let location = dir.path().join("t.lance").to_string_lossy().to_string();
+        let store = Store::new(Arc::new(Session::default()), 0, Default::default())
+            .with_read_consistency(Duration::from_secs(3600));
+        let (batch, schema) = rows(10);
+        store
+            .create_at(&location, vec![batch], schema, WriteMode::Create)
+            .await
+            .unwrap();
+        let at = At::default();
+        assert_eq!(
+            store.read(&location, &at).await.unwrap().version().version,
+            1
+        );
+
+        append_elsewhere(&location).await;
+        // Within the interval a read trusts its last check; a writer's view never does.
+        assert_eq!(
+            store.read(&location, &at).await.unwrap().version().version,
+            1
+        );
+        assert_eq!(
+            store
+                .latest(&location, None)
+                .await
+                .unwrap()
+                .version()
+                .version,
+            2
+        );
+        assert_eq!(
+            store.read(&location, &at).await.unwrap().version().version,
+            2
+        );
+
+        append_elsewhere(&location).await;
+        store.recheck(&location);
+        let ds = store.read(&location, &at).await.unwrap();
+        assert_eq!(ds.version().version, 3);
+        assert_eq!(ds.count_rows(None).await.unwrap(), 20);
     }
 }
