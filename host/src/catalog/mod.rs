@@ -136,6 +136,12 @@ impl Catalog {
         Ok(catalog)
     }
 
+    /// The namespace, for a lookup that changes nothing (stats, listings the snapshot cannot
+    /// answer): unlike [`Catalog::ns`], it leaves the snapshot's next check to the interval.
+    pub fn reader(&self) -> &dyn LanceNamespace {
+        self.ns.as_ref()
+    }
+
     /// The namespace, for a change (or a lookup the snapshot cannot answer). The snapshot is
     /// marked for a check once the call's statement ends, so this process sees its own
     /// change at the next lookup whatever the read consistency interval.

@@ -361,7 +361,7 @@ pub async fn list(State(app): State<AppState>, target: Target) -> ApiResult<Resp
     loop {
         let listed = target
             .catalog
-            .ns()
+            .reader()
             .list_tables(ListTablesRequest {
                 id: Some(target.id.clone()),
                 page_token: next.take(),

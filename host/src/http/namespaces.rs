@@ -49,7 +49,7 @@ pub async fn create(
     let exists = !target.id.is_empty()
         && target
             .catalog
-            .ns()
+            .reader()
             .namespace_exists(NamespaceExistsRequest {
                 id: Some(target.id.clone()),
                 ..Default::default()
@@ -59,7 +59,7 @@ pub async fn create(
     if exists && mode == "existok" {
         let described = target
             .catalog
-            .ns()
+            .reader()
             .describe_namespace(DescribeNamespaceRequest {
                 id: Some(target.id.clone()),
                 ..Default::default()

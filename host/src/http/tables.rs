@@ -357,7 +357,7 @@ pub async fn stats(Model(target, mut request): Model<GetTableStatsRequest>) -> A
     answer(
         target
             .catalog
-            .ns()
+            .reader()
             .get_table_stats(request)
             .await
             .map_err(|e| not_found_as_table(e, &target.id)),
