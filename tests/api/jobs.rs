@@ -628,9 +628,13 @@ async fn killed_server_resumes_backfills_and_matches_an_unkilled_run() {
         }
         b = b.restart().await;
         kills += 1;
-        // The record survived the kill and the job is running again.
+        // The record survived the kill and the job runs again: on a fast machine the rows
+        // left after the last kill point may all be done before this describe.
         let d = b.describe_job(&job).await;
-        assert_eq!(d["job_state"], "IN_PROGRESS", "{d}");
+        assert!(
+            d["job_state"] == "IN_PROGRESS" || d["job_state"] == "DONE",
+            "{d}"
+        );
     }
     assert!(
         kills >= 2,
