@@ -47,6 +47,10 @@ pub struct ServeConfig {
     /// Off by default: they may hold credentials.
     #[arg(long, env = "LANCET_VEND_STORAGE_OPTIONS", default_value_t = false, action = clap::ArgAction::Set)]
     pub vend_storage_options: bool,
+    /// Serve the web console at `/console` (its page files are compiled into the binary; every
+    /// data call it makes goes through the REST API with the user's key).
+    #[arg(long, env = "LANCET_CONSOLE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub console: bool,
     /// Largest accepted request body, in MiB.
     #[arg(long, env = "LANCET_MAX_BODY_MB", default_value_t = 512)]
     pub max_body_mb: usize,

@@ -61,6 +61,8 @@ pub struct App {
     pub fault_injection: bool,
     /// `--vend-storage-options`: describe/declare may hand clients the storage options.
     pub vend_storage_options: bool,
+    /// `--console`: serve the web console at `/console`.
+    pub console: bool,
     /// Server state under the data root (auth file, jobs, modules, leases).
     pub root: std::sync::Arc<root::RootStore>,
     /// This node's name in leases.

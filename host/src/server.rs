@@ -104,6 +104,7 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
         metrics_token: config.metrics_token.clone().filter(|t| !t.is_empty()),
         fault_injection: std::env::var("LANCET_FAULT_INJECTION").is_ok_and(|v| v == "1"),
         vend_storage_options: config.vend_storage_options,
+        console: config.console,
         root,
         node_id,
     }))

@@ -8,6 +8,7 @@ mod blobs;
 mod branch_merge;
 mod clone;
 mod concurrency;
+mod console;
 mod crash;
 mod crash_support;
 mod crash_upkeep;

@@ -114,6 +114,7 @@ pub struct EventsBody {
 pub async fn query_events(
     State(app): State<AppState>,
     caller: Caller,
+    headers: axum::http::HeaderMap,
     JsonBody(body): JsonBody<EventsBody>,
 ) -> ApiResult<Response> {
     let id = job_id(&JobBody {
@@ -125,6 +126,12 @@ pub async fn query_events(
         .jobs
         .events(caller.tenant(), &id, body.filter.as_deref(), limit)
         .await?;
+    if super::json_rows::wants_json(&headers) {
+        return Ok(super::reply(super::json_rows::json_rows(
+            &batch.schema(),
+            &[batch],
+        )?));
+    }
     let out = super::arrow_body::stream_bytes(&batch)?;
     Ok((
         [(

@@ -10,12 +10,14 @@ mod branch_merge;
 mod branches;
 mod clone;
 mod columns;
+mod console;
 mod data;
 pub mod errors;
 mod functions;
 pub use pipeline::extract::Target;
 mod indexes;
 mod jobs;
+mod json_rows;
 mod metadata;
 mod multipart;
 mod namespaces;
@@ -33,6 +35,7 @@ mod upkeep;
 mod vend;
 mod versions;
 mod views;
+mod whoami;
 
 use std::sync::Arc;
 
@@ -178,6 +181,7 @@ fn build() -> Routes {
         last: 0..0,
     }
     .get("/v1/openapi.json", Read, openapi::serve)
+    .get("/v1/whoami", Read, whoami::whoami)
     // Namespaces
     .post("/v1/namespace/{id}/create", Admin, namespaces::create)
     .params(&[NAMESPACE_MODE])
@@ -466,8 +470,14 @@ pub fn service(
     use tower::Layer;
     use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
     let panics = state.clone();
-    let router = routes()
-        .route("/metrics", get(metrics))
+    let mut routes = routes().route("/metrics", get(metrics));
+    if state.console {
+        routes = routes
+            .route("/", get(console::root))
+            .route("/console", get(console::index))
+            .route("/console/{*path}", get(console::file));
+    }
+    let router = routes
         .fallback(errors::no_route)
         .with_state(state.clone())
         // For middleware that is not given the state (`upkeep::note_writes`).

@@ -57,6 +57,9 @@ pub async fn query(
     let ds = dataset_for(&app, &target, &body).await?;
     let mut stream = spec.stream(&ds, &app.store.vectors).await?;
     let schema = stream.schema();
+    if super::json_rows::wants_json(&headers) {
+        return json_answer(stream, &schema).await;
+    }
     let as_stream = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -128,6 +131,23 @@ pub async fn query(
         .headers_mut()
         .insert(header::CONTENT_TYPE, content_type);
     Ok(response)
+}
+
+/// The whole answer as JSON rows (see [`super::json_rows`]), up to its size bound.
+async fn json_answer(
+    mut stream: impl futures::Stream<Item = lance::Result<arrow_array::RecordBatch>> + Unpin,
+    schema: &arrow_schema::Schema,
+) -> ApiResult<Response> {
+    let (mut batches, mut size) = (Vec::new(), 0);
+    while let Some(batch) = stream.next().await {
+        let batch = batch.map_err(ApiError::from)?;
+        size += batch.get_array_memory_size();
+        if size > super::json_rows::MAX_JSON_ROWS_BYTES {
+            return Err(super::json_rows::too_large());
+        }
+        batches.push(batch);
+    }
+    Ok(reply(super::json_rows::json_rows(schema, &batches)?))
 }
 
 fn tokio_stream_from(

@@ -352,16 +352,25 @@ pub async fn rename(Model(target, request): Model<RenameTableRequest>) -> ApiRes
     respond(RenameTableResponse::default())
 }
 
-pub async fn stats(Model(target, mut request): Model<GetTableStatsRequest>) -> ApiResult<Response> {
+pub async fn stats(
+    State(app): State<AppState>,
+    Model(target, mut request): Model<GetTableStatsRequest>,
+) -> ApiResult<Response> {
     request.branch = target.branch(&request.branch);
-    answer(
-        target
-            .catalog
-            .reader()
-            .get_table_stats(request)
-            .await
-            .map_err(|e| not_found_as_table(e, &target.id)),
-    )
+    let branch = request.branch.clone();
+    let mut stats = target
+        .catalog
+        .reader()
+        .get_table_stats(request)
+        .await
+        .map_err(|e| not_found_as_table(e, &target.id))?;
+    // The directory namespace sums the fragments' physical rows, deleted rows included; a
+    // client asking how many rows a table holds means the live ones (as `count_rows` answers,
+    // from the manifest's deletion counts).
+    let location = target.catalog.locate(&target.id).await?;
+    let ds = app.store.read(&location, &At::new(branch, None)?).await?;
+    stats.num_rows = ds.count_rows(None).await.map_err(ApiError::from)? as i64;
+    respond(stats)
 }
 
 /// `GET /v1/table` and `GET /v1/tables`: the tables of the caller's database namespace (or its

@@ -21,6 +21,9 @@ pub struct ListBody {
     limit: Option<i64>,
     page_token: Option<String>,
     descending: Option<bool>,
+    /// Lancet: also answer each version's `operation` (one transaction-file read per version
+    /// of the page).
+    with_operations: Option<bool>,
 }
 
 /// Versions in ascending order (descending on request); the page token is the last version
@@ -70,10 +73,24 @@ pub async fn list(
         .store
         .manifest_files(&location, branch.as_deref(), &numbers)
         .await?;
+    let operations = if body.with_operations == Some(true) {
+        app.store
+            .operations(&location, branch.as_deref(), &numbers)
+            .await?
+    } else {
+        Vec::new()
+    };
     let versions: Vec<_> = versions
         .into_iter()
         .zip(files)
-        .map(|(v, f)| version_json(&v, f.as_ref()))
+        .enumerate()
+        .map(|(i, (v, f))| {
+            let mut out = version_json(&v, f.as_ref());
+            if let Some(op) = operations.get(i) {
+                out["operation"] = json!(op);
+            }
+            out
+        })
         .collect();
     Ok(reply(json!({ "versions": versions, "page_token": next })))
 }

@@ -78,6 +78,34 @@ impl Store {
     }
 
     /// The manifest file of each of `versions` of `branch` (None for one that is gone).
+    /// The name of the operation that made each of `versions` (lance's: Append, Delete,
+    /// Update, Merge, Overwrite, Rewrite, CreateIndex, Restore, ...), read from each version's
+    /// transaction file, a few at a time; `None` where a version has none (or it is gone).
+    pub async fn operations(
+        &self,
+        location: &str,
+        branch: Option<&str>,
+        versions: &[u64],
+    ) -> ApiResult<Vec<Option<String>>> {
+        use futures::StreamExt;
+        let ds = self.latest(location, branch).await?;
+        // Collected first: a lazy map over the borrowed slice makes the future not `Send`.
+        let reads: Vec<_> = versions
+            .iter()
+            .map(|&v| {
+                let ds = ds.clone();
+                async move {
+                    ds.read_transaction_by_version(v)
+                        .await
+                        .ok()
+                        .flatten()
+                        .map(|t| t.operation.name().to_string())
+                }
+            })
+            .collect();
+        Ok(futures::stream::iter(reads).buffered(8).collect().await)
+    }
+
     pub async fn manifest_files(
         &self,
         location: &str,

@@ -1,0 +1,139 @@
+// Tables: the namespace tree on the left, the selected namespace's tables, views and
+// materialized views on the right, with a name search and row counts for the rows shown.
+
+import * as api from "../api.js";
+import { h, clear, num, errorBox, loading, badge } from "../ui.js";
+
+const SHOWN = 100;
+
+async function list(path, field) {
+  const out = [];
+  let token = null;
+  for (;;) {
+    const q = new URLSearchParams({ limit: "1000" });
+    if (token) q.set("page_token", token);
+    const page = await api.call(`${path}?${q}`, {}, { method: "GET" });
+    out.push(...(page[field] || []));
+    token = page.page_token;
+    if (!token) return out;
+  }
+}
+
+export function tablesPage(main, rest) {
+  const selected = (rest[0] ? decodeURIComponent(rest[0]) : "").split("$").filter(Boolean);
+  const tree = h("nav", { class: "tree panel", "aria-label": "Namespaces" });
+  const right = h("section", { "aria-labelledby": "ns-title" });
+  clear(main, h("div", { class: "layout" }, tree, right));
+  let alive = true;
+
+  const nodeFor = (id) => {
+    const label = id.length ? id[id.length - 1] : "(root)";
+    const children = h("ul", { hidden: true });
+    const toggle = h("button", { "aria-expanded": "false", "aria-label": `expand ${label}`, class: "twisty" }, "▸");
+    const pick = h("button", {
+      "aria-current": String(id.join("$") === selected.join("$")),
+      onclick: () => { location.hash = `#/tables/${encodeURIComponent(id.join("$"))}`; },
+    }, label);
+    let loaded = false;
+    toggle.addEventListener("click", async () => {
+      const open = toggle.getAttribute("aria-expanded") !== "true";
+      toggle.setAttribute("aria-expanded", String(open));
+      toggle.textContent = open ? "▾" : "▸";
+      children.hidden = !open;
+      if (open && !loaded) {
+        loaded = true;
+        try {
+          const names = await list(api.namespace(id, "list"), "namespaces");
+          if (!names.length) children.append(h("li", { class: "muted" }, "no namespaces"));
+          for (const n of names.sort()) children.append(nodeFor([...id, n]));
+        } catch (err) {
+          children.append(h("li", {}, errorBox(err)));
+        }
+      }
+    });
+    const li = h("li", {}, h("div", { class: "row", style: "margin:0;flex-wrap:nowrap" }, toggle, pick), children);
+    // Open the path down to the selected namespace.
+    if (!id.length || (selected.length > id.length && id.every((p, i) => selected[i] === p))) toggle.click();
+    return li;
+  };
+  tree.append(h("ul", {}, nodeFor([])));
+
+  (async () => {
+    clear(right, loading());
+    try {
+      const [tables, views, mviews] = await Promise.all([
+        list(api.namespace(selected, "table/list"), "tables"),
+        list(api.namespace(selected, "view/list"), "views").catch(() => []),
+        list(api.namespace(selected, "materialized_view/list"), "materialized_views").catch(() => []),
+      ]);
+      if (!alive) return;
+      const mvNames = new Set(mviews.map((v) => (typeof v === "string" ? v : v.name)));
+      const rows = [
+        ...tables.map((name) => ({ name, kind: mvNames.has(name) ? "materialized view" : "table" })),
+        ...views.map((v) => ({ name: typeof v === "string" ? v : v.name, kind: "view" })),
+      ].sort((a, b) => a.name.localeCompare(b.name));
+      renderList(right, selected, rows, () => alive);
+    } catch (err) {
+      clear(right, errorBox(err));
+    }
+  })();
+  return () => { alive = false; };
+}
+
+function renderList(right, ns, rows, alive) {
+  const search = h("input", { type: "search", placeholder: "Search tables", "aria-label": "Search tables", id: "table-search", class: "grow" });
+  const body = h("tbody");
+  const more = h("button", { hidden: true }, "Show more");
+  const count = h("span", { class: "muted" });
+  let shown = SHOWN;
+  const title = ns.length ? ns.join(".") : "root namespace";
+  clear(right,
+    h("h1", { id: "ns-title" }, `Tables in ${title}`),
+    h("div", { class: "row" }, search, count),
+    h("div", { class: "scroll" }, h("table", { class: "grid", id: "tables" },
+      h("thead", {}, h("tr", {}, h("th", {}, "Name"), h("th", {}, "Kind"), h("th", { class: "num" }, "Rows"))),
+      body)),
+    more);
+  const draw = () => {
+    const q = search.value.trim().toLowerCase();
+    const matches = rows.filter((r) => r.name.toLowerCase().includes(q));
+    count.textContent = `${num(matches.length)} of ${num(rows.length)}`;
+    clear(body);
+    if (!matches.length) body.append(h("tr", {}, h("td", { colspan: "3", class: "muted" }, rows.length ? "No table matches." : "No tables here yet.")));
+    const visible = matches.slice(0, shown);
+    const counts = [];
+    for (const r of visible) {
+      const id = [...ns, r.name];
+      const rowsCell = h("td", { class: "num" }, r.kind === "view" ? "–" : "…");
+      const href = r.kind === "view" ? null : `#/table/${encodeURIComponent(id.join("$"))}/overview`;
+      body.append(h("tr", {},
+        h("td", {}, href ? h("a", { href }, r.name) : r.name),
+        h("td", {}, badge(r.kind, r.kind === "table" ? "" : "accent")),
+        rowsCell));
+      if (r.kind !== "view") counts.push([id, rowsCell]);
+    }
+    more.hidden = matches.length <= shown;
+    fillCounts(counts, alive);
+  };
+  search.addEventListener("input", () => { shown = SHOWN; draw(); });
+  more.addEventListener("click", () => { shown += SHOWN; draw(); });
+  draw();
+}
+
+/** Row counts from `stats`, a few at a time, for the rows on screen only. */
+async function fillCounts(cells, alive) {
+  const queue = [...cells];
+  const worker = async () => {
+    while (queue.length && alive()) {
+      const [id, cell] = queue.shift();
+      if (!cell.isConnected) continue;
+      try {
+        const stats = await api.call(api.table(id, "stats"), {});
+        cell.textContent = num(stats.num_rows);
+      } catch {
+        cell.textContent = "?";
+      }
+    }
+  };
+  await Promise.all([worker(), worker(), worker(), worker()]);
+}

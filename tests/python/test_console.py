@@ -1,0 +1,331 @@
+"""The web console at /console, driven in headless Chromium (Debian's, installed by
+scripts/setup.sh) by Playwright: sign-in, tables, the data grid, searches, versions, indexes,
+jobs and the server page, against a live server. Any JavaScript error or failed request in
+the browser fails the test, except the refusals a step provokes on purpose.
+
+Screenshots of every page go to $LANCET_CONSOLE_SCREENSHOTS (docs/console/ in the README is
+made with `LANCET_CONSOLE_SCREENSHOTS=docs/console`), else to a temporary directory."""
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+
+import pyarrow as pa
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+from conftest import Lancet
+from test_jobs import virtual_column
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# As root in a sandbox, and with nothing fetched from outside (the machine has no internet).
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ROWS = 230
+DIM = 8
+
+
+@pytest.fixture(scope="module")
+def server():
+    with tempfile.TemporaryDirectory() as d:
+        # Upkeep off and optimize slowed down: the test cancels an optimize it starts.
+        s = Lancet(d, args=["--upkeep", "false"],
+                   env={"LANCET_FAULT_INJECTION": "1", "LANCET_FAULT_UPKEEP_DELAY_MS": "60000"})
+        try:
+            yield s
+        finally:
+            s.stop()
+
+
+@pytest.fixture(scope="module")
+def shots():
+    out = os.environ.get("LANCET_CONSOLE_SCREENSHOTS")
+    if out:
+        os.makedirs(out, exist_ok=True)
+        yield out
+    else:
+        with tempfile.TemporaryDirectory() as d:
+            yield d
+
+
+@pytest.fixture(scope="module")
+def browser():
+    assert os.path.exists(CHROMIUM), "chromium is missing: scripts/setup.sh plugins installs it"
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+class Console:
+    """A browser page on the console that records every JavaScript error and failed request."""
+
+    def __init__(self, browser, base, shots, color_scheme="light"):
+        self.base = base
+        self.shots = shots
+        self.context = browser.new_context(viewport={"width": 1280, "height": 800}, color_scheme=color_scheme)
+        self.page = self.context.new_page()
+        self.problems = []
+        self.tolerated = 0
+        self.page.on("pageerror", lambda e: self.problems.append(f"JavaScript error: {e}"))
+        self.page.on("console", self._console)
+        self.page.on("requestfailed", lambda r: self.problems.append(f"request failed: {r.url} {r.failure}"))
+        self.page.on("response", self._response)
+
+    def _console(self, msg):
+        if msg.type == "error" and not (self.tolerated and "Failed to load resource" in msg.text):
+            self.problems.append(f"console error: {msg.text}")
+
+    def _response(self, r):
+        if r.status >= 400 and not self.tolerated:
+            self.problems.append(f"{r.status} from {r.request.method} {r.url}")
+
+    @contextlib.contextmanager
+    def refusals_expected(self):
+        """Within: 4xx answers (and Chromium's note about them) are what the step tests."""
+        self.tolerated += 1
+        try:
+            yield
+        finally:
+            self.page.wait_for_timeout(200)
+            self.tolerated -= 1
+
+    def open(self, hash_=""):
+        self.page.goto(f"{self.base}/console{hash_}")
+
+    def sign_in(self, key):
+        self.page.fill("#api-key", key)
+        self.page.click("#sign-in button[type=submit]")
+
+    def shot(self, name):
+        """A screenshot of the page as it is, without passing notices."""
+        self.page.evaluate("document.getElementById('toasts').replaceChildren()")
+        self.page.screenshot(path=os.path.join(self.shots, f"{name}.png"))
+
+    def close(self):
+        self.context.close()
+        assert not self.problems, "\n".join(self.problems)
+
+
+def nulling_column(plugin, entry, inputs):
+    """A Wasm virtual column whose failed rows are nulled and recorded (on_error = null)."""
+    column = virtual_column(plugin, entry, inputs)
+    manifest = json.loads(column["manifest"])
+    manifest["on_error"] = "null"
+    column["manifest"] = json.dumps(manifest)
+    column["manifest_checksum"] = hashlib.sha256(column["manifest"].encode()).hexdigest()
+    return column
+
+
+def make_table(server):
+    server.post("/v1/namespace/shop/create")
+    ids = list(range(ROWS))
+    vectors = pa.FixedSizeListArray.from_arrays(
+        pa.array([float(i * (j + 1)) for i in ids for j in range(DIM)], pa.float32()), DIM)
+    words = ["red", "green", "blue", "amber"]
+    server.create_table("shop$items", pa.table({
+        "id": pa.array(ids, pa.int64()),
+        "text": [f"item {i} is {words[i % 4]} and " + "long " * (40 if i == 3 else 1) for i in ids],
+        "vector": vectors,
+    }))
+    server.post("/v1/table/shop$items/create_index", {"column": "text", "index_type": "FTS"})
+    server.post("/v1/table/shop$items/tags/create", {"tag": "first", "version": 1})
+    # Version 3, the same rows: something to restore version 2 over.
+    server.post("/v1/table/shop$items/update", {"updates": [["text", "text"]], "predicate": f"id = {ROWS - 1}"})
+
+
+def test_console_pages_against_a_live_server(server, browser, shots):
+    make_table(server)
+    c = Console(browser, server.base, shots)
+    page = c.page
+    try:
+        # A wrong key is refused and asked for again; the right one shows tenant and role.
+        c.open()
+        with c.refusals_expected():
+            c.sign_in("not-a-key")
+            expect(page.locator("#sign-in .error")).to_contain_text("invalid API key")
+        c.shot("sign-in")
+        c.sign_in(server.key)
+        expect(page.locator("#tenant")).to_contain_text("default")
+        expect(page.locator("#role")).to_have_text("admin")
+        # The key is in sessionStorage only, never in a URL.
+        assert server.key not in page.url
+        assert page.evaluate("sessionStorage.getItem('lancet.key')") == server.key
+        assert page.evaluate("localStorage.getItem('lancet.key')") is None
+
+        # Tables: the namespace tree, the table with its row count, search.
+        page.click("nav.tree >> text=shop")
+        row = page.locator("#tables tbody tr", has_text="items")
+        expect(row.locator("td.num")).to_have_text(f"{ROWS}")
+        page.fill("#table-search", "nothing-like-this")
+        expect(page.locator("#tables tbody")).to_contain_text("No table matches")
+        page.fill("#table-search", "ite")
+        c.shot("tables")
+        page.click("#tables >> text=items")
+
+        # Overview.
+        card = lambda label: page.locator(f"#overview .card:has(.label:text-is('{label}')) .value")
+        expect(card("Rows")).to_have_text(f"{ROWS}")
+        expect(card("Version")).to_have_text("3")
+        expect(card("Indexes")).to_have_text("1")
+        expect(page.locator("#tab-panel")).to_contain_text("first")
+        c.shot("overview")
+
+        # Schema: the vector column is badged with its dimension.
+        page.click("#tab-schema")
+        expect(page.locator("#schema")).to_contain_text(f"vector, {DIM} dims")
+        c.shot("schema")
+
+        # Data: server-side pages of 50, a filter, an API error shown inline, a tag.
+        page.click("#tab-data")
+        expect(page.locator("#page-info")).to_have_text(f"Rows 1–50 of {ROWS}")
+        page.click("#next")
+        expect(page.locator("#page-info")).to_have_text(f"Rows 51–100 of {ROWS}")
+        expect(page.locator("#data-grid tbody tr").first.locator("td").first).to_have_text("50")
+        page.fill("#filter", "id >= 200 AND text LIKE '%blue%'")
+        page.press("#filter", "Enter")
+        expect(page.locator("#page-info")).to_have_text("Rows 1–7 of 7")
+        with c.refusals_expected():
+            page.fill("#filter", "no_such_column > 1")
+            page.click("#apply")
+            expect(page.locator("#data-status .error")).to_contain_text("no_such_column")
+        page.fill("#filter", "")
+        page.click("#apply")
+        expect(page.locator("#page-info")).to_have_text(f"Rows 1–50 of {ROWS}")
+        # A long text is folded.
+        expect(page.locator("#data-grid details.fold")).to_have_count(1)
+        c.shot("data")
+
+        # Search: rows like row 5 (row 5 itself comes first), then full-text.
+        page.click("#tab-search")
+        page.fill("#like-row", "id = 5")
+        page.click("#load-row")
+        expect(page.locator("#query-vector")).not_to_have_value("")
+        page.fill("#k", "3")
+        page.click("#run-search")
+        first = page.locator("#search-results tbody tr").first
+        expect(first.locator("td").first).to_have_text("5")
+        expect(page.locator("#search-results tbody tr")).to_have_count(3)
+        expect(page.locator("#as-curl")).to_contain_text("/v1/table/shop$items/query")
+        expect(page.locator("#as-python")).to_contain_text('db.open_table("items")')
+        page.click("#explain")
+        expect(page.locator("#plan")).to_be_visible()
+        page.select_option("#search-mode", "fts")
+        page.fill("#fts-text", "amber")
+        page.fill("#k", "100")
+        page.click("#run-search")
+        expect(page.locator("#search-status")).to_contain_text(f"{ROWS // 4} rows")
+        expect(page.locator("#search-results tbody")).not_to_contain_text("red")
+        c.shot("search")
+
+        # Versions: operations, the tag, tag a version, restore (typing the name).
+        page.click("#tab-versions")
+        expect(page.locator("#versions")).to_contain_text("CreateIndex")
+        expect(page.locator("#versions tr[data-version='1']")).to_contain_text("tag first")
+        page.locator("#versions tr[data-version='2'] .tag-version").click()
+        page.fill("dialog input", "indexed")
+        page.click("dialog button[type=submit]")
+        expect(page.locator("#versions tr[data-version='2']")).to_contain_text("tag indexed")
+        latest = server.post("/v1/table/shop$items/describe")["version"]
+        c.shot("versions")
+        page.locator("#versions tr[data-version='2'] .restore").click()
+        expect(page.locator("dialog button.danger")).to_be_disabled()
+        page.fill("dialog input", "items")
+        page.click("dialog button.danger")
+        expect(page.locator(f"#versions tr[data-version='{latest + 1}']")).to_contain_text("Restore")
+        assert server.post("/v1/table/shop$items/describe")["version"] == latest + 1
+
+        # Indexes: build a vector index from the page; then start an optimize.
+        page.click("#tab-indexes")
+        expect(page.locator("#indexes")).to_contain_text("text_idx")
+        page.select_option("#index-column", "id")
+        page.select_option("#index-type", "BTREE")
+        page.click("#create-index")
+        expect(page.locator("#indexes")).to_contain_text("id_idx")
+        c.shot("indexes")
+        page.click("#optimize")
+        link = page.locator("#tab-panel a[href^='#/jobs/']")
+        expect(link).to_be_visible()
+        optimize_job = link.inner_text()
+
+        # Jobs: a backfill's bar reaches 100% with its row errors; the optimize is cancelled.
+        server.post("/v1/table/shop$items/add_columns", {"new_columns": [
+            {"name": "checked", "virtual_column": nulling_column("misbehave", "fail_negative", ["id"])}]})
+        server.post("/v1/table/shop$items/update", {"updates": [["id", "id - 3"]], "predicate": "id < 3"})
+        backfill = server.post("/v1/table/shop$items/backfill_column", {"column": "checked"})["job_id"]
+        page.click("nav >> text=Jobs")
+        row = page.locator(f"#jobs tr[data-job='{backfill}']")
+        expect(row.locator("[role=progressbar]")).to_have_attribute("aria-valuenow", "100", timeout=60_000)
+        expect(row).to_have_attribute("data-state", "DONE")
+        opt = page.locator(f"#jobs tr[data-job='{optimize_job}']")
+        expect(opt).to_have_attribute("data-state", "IN_PROGRESS")
+        c.shot("jobs")
+        opt.locator("button.cancel").click()
+        expect(opt).to_have_attribute("data-state", "CANCELLED")
+        page.click(f"#jobs >> text={backfill}")
+        expect(page.locator("#events")).to_contain_text("done")
+        expect(page.locator("#row-errors")).to_contain_text("negative value")
+        c.shot("job")
+        page.click("text=← All jobs")
+
+        # Server: figures from /metrics, refreshed.
+        page.click("nav >> text=Server")
+        expect(page.locator("#routes")).to_contain_text("/v1/table/{id}/query")
+        expect(page.locator("#server-cards")).not_to_contain_text("…", timeout=10_000)
+        c.shot("server")
+
+        # The schema badges the virtual column with its UDF and backfill state.
+        c.open("#/table/shop%24items/schema")
+        expect(page.locator("#schema")).to_contain_text("virtual: fail_negative")
+        expect(page.locator("#schema")).to_contain_text("backfill done")
+
+        # Narrow window: still usable (nothing hidden sideways on the tables page).
+        page.set_viewport_size({"width": 420, "height": 800})
+        c.open("#/tables/shop")
+        expect(page.locator("#tables")).to_contain_text("items")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 430
+        c.shot("narrow")
+
+        # Keyboard: tabs move with the arrow keys.
+        page.set_viewport_size({"width": 1280, "height": 800})
+        c.open("#/table/shop%24items/overview")
+        page.focus("#tab-overview")
+        page.keyboard.press("ArrowRight")
+        expect(page.locator("#tab-schema")).to_have_attribute("aria-selected", "true")
+    finally:
+        c.close()
+
+
+def test_a_read_only_key_sees_no_write_buttons_and_a_refused_key_asks_again(server, browser, shots):
+    try:
+        server.post("/v1/table/shop$items/describe")
+    except Exception:
+        make_table(server)
+    key = server.new_key("default", "read")
+    # In the dark theme (the page follows the system setting).
+    c = Console(browser, server.base, shots, color_scheme="dark")
+    page = c.page
+    try:
+        c.open("#/table/shop%24items/indexes")
+        c.sign_in(key)
+        expect(page.locator("#role")).to_have_text("read")
+        expect(page.locator("#indexes")).to_contain_text("text_idx")
+        expect(page.locator("#create-index")).to_have_count(0)
+        expect(page.locator("#optimize")).to_have_count(0)
+        c.open("#/table/shop%24items/versions")
+        expect(page.locator("#versions tbody tr").first).to_be_visible()
+        expect(page.locator("#versions .restore")).to_have_count(0)
+        expect(page.locator("#versions .tag-version")).to_have_count(0)
+        c.open("#/jobs")
+        expect(page.locator("#jobs tbody tr").first).to_be_visible()
+        expect(page.locator("#jobs button")).to_have_count(0)
+        c.shot("read-only-dark")
+        # The key stops working (revoked): the next call asks for a key again.
+        with c.refusals_expected():
+            page.evaluate("sessionStorage.setItem('lancet.key', 'revoked-key')")
+            page.click("nav >> text=Tables")
+            expect(page.locator("#sign-in .error")).to_contain_text("sign in again")
+    finally:
+        c.close()
