@@ -10,7 +10,9 @@ import hashlib
 import json
 import os
 import shutil
+import struct
 import tempfile
+import zlib
 
 import pyarrow as pa
 import pytest
@@ -119,6 +121,28 @@ def nulling_column(plugin, entry, inputs):
     return column
 
 
+def png(size, rgb):
+    """A small solid-colour PNG."""
+    raw = b"".join(b"\x00" + bytes(rgb) * size for _ in range(size))
+
+    def chunk(kind, data):
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    header = struct.pack(">IIBBBBB", size, size, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw))
+            + chunk(b"IEND", b""))
+
+
+def make_media(server):
+    """Images in a binary column and in a lance blob column (bytes through the blob endpoint)."""
+    from lance.blob import blob_array, blob_field
+    schema = pa.schema([pa.field("id", pa.int64()), pa.field("thumb", pa.binary()), blob_field("photo")])
+    images = [png(24, (i * 60 % 256, 120, 200)) for i in range(4)]
+    server.create_table("shop$media", pa.table(
+        {"id": [0, 1, 2, 3], "thumb": images, "photo": blob_array(images[:3] + [None])}, schema=schema))
+
+
 def make_table(server):
     server.post("/v1/namespace/shop/create")
     ids = list(range(ROWS))
@@ -132,12 +156,14 @@ def make_table(server):
     }))
     server.post("/v1/table/shop$items/create_index", {"column": "text", "index_type": "FTS"})
     server.post("/v1/table/shop$items/tags/create", {"tag": "first", "version": 1})
+    server.post("/v1/view/shop$first_ten/create", {"query": "SELECT id, text FROM shop.items WHERE id < 10"})
     # Version 3, the same rows: something to restore version 2 over.
     server.post("/v1/table/shop$items/update", {"updates": [["text", "text"]], "predicate": f"id = {ROWS - 1}"})
 
 
 def test_console_pages_against_a_live_server(server, browser, shots):
     make_table(server)
+    make_media(server)
     c = Console(browser, server.base, shots)
     page = c.page
     try:
@@ -159,9 +185,11 @@ def test_console_pages_against_a_live_server(server, browser, shots):
         page.click("nav.tree >> text=shop")
         row = page.locator("#tables tbody tr", has_text="items")
         expect(row.locator("td.num")).to_have_text(f"{ROWS}")
+        expect(page.locator("#tables tbody tr", has_text="first_ten")).to_contain_text("view")
         page.fill("#table-search", "nothing-like-this")
         expect(page.locator("#tables tbody")).to_contain_text("No table matches")
-        page.fill("#table-search", "ite")
+        page.fill("#table-search", "ITE")
+        expect(page.locator("#tables tbody tr")).to_have_count(1)
         c.shot("tables")
         page.click("#tables >> text=items")
 
@@ -176,7 +204,6 @@ def test_console_pages_against_a_live_server(server, browser, shots):
         # Schema: the vector column is badged with its dimension.
         page.click("#tab-schema")
         expect(page.locator("#schema")).to_contain_text(f"vector, {DIM} dims")
-        c.shot("schema")
 
         # Data: server-side pages of 50, a filter, an API error shown inline, a tag.
         page.click("#tab-data")
@@ -197,6 +224,15 @@ def test_console_pages_against_a_live_server(server, browser, shots):
         # A long text is folded.
         expect(page.locator("#data-grid details.fold")).to_have_count(1)
         c.shot("data")
+
+        # Images inline: a binary column's from the answer, a blob column's through the blob
+        # endpoint (fetched with the key); a null blob stays null.
+        c.open("#/table/shop%24media/data")
+        expect(page.locator("#data-grid img.cell-img")).to_have_count(7)
+        page.wait_for_function(
+            "[...document.querySelectorAll('#data-grid img.cell-img')].every(i => i.naturalWidth === 24)")
+        c.shot("images")
+        c.open("#/table/shop%24items/search")
 
         # Search: rows like row 5 (row 5 itself comes first), then full-text.
         page.click("#tab-search")
@@ -280,6 +316,7 @@ def test_console_pages_against_a_live_server(server, browser, shots):
         c.open("#/table/shop%24items/schema")
         expect(page.locator("#schema")).to_contain_text("virtual: fail_negative")
         expect(page.locator("#schema")).to_contain_text("backfill done")
+        c.shot("schema")
 
         # Narrow window: still usable (nothing hidden sideways on the tables page).
         page.set_viewport_size({"width": 420, "height": 800})

@@ -118,17 +118,20 @@ export function renderRows(grid, id, result, fields) {
 
 const IMAGE_MAGIC = [["89504e47", "image/png"], ["ffd8ff", "image/jpeg"], ["47494638", "image/gif"], ["52494646", "image/webp"]];
 
+/** A lance blob column (v2: an extension type; v1: field metadata). Queries answer only a
+ * description of each value (where it is, its size); the bytes come from the blob endpoint. */
 function isBlob(field) {
   const m = field && field.metadata;
-  return !!m && (m["lance-encoding:blob"] === "true" || m["lance-schema:blob"] === "true");
+  return !!m && (m["ARROW:extension:name"] === "lance.blob.v2" || m["lance-encoding:blob"] === "true");
 }
 
 function cell(id, name, value, field, rowId) {
-  if (value === null || value === undefined) {
-    if (isBlob(field) && rowId !== undefined) return blobCell(id, name, rowId);
-    return h("span", { class: "muted" }, "null");
+  if (value === null || value === undefined) return h("span", { class: "muted" }, "null");
+  if (isBlob(field)) {
+    if (value.size === 0) return h("span", { class: "muted" }, "empty");
+    if (rowId !== undefined) return blobCell(id, name, rowId);
+    return h("span", { class: "muted" }, `blob, ${num(value.size)} bytes`);
   }
-  if (isBlob(field) && rowId !== undefined) return blobCell(id, name, rowId);
   const type = field && field.type;
   if (type && isVector(type) && Array.isArray(value)) {
     const head = value.slice(0, 4).map((x) => (typeof x === "number" ? x.toPrecision(3) : x)).join(", ");

@@ -64,7 +64,7 @@ export function tablesPage(main, rest) {
       const [tables, views, mviews] = await Promise.all([
         list(api.namespace(selected, "table/list"), "tables"),
         list(api.namespace(selected, "view/list"), "views").catch(() => []),
-        list(api.namespace(selected, "materialized_view/list"), "materialized_views").catch(() => []),
+        list(api.namespace(selected, "materialized_view/list"), "views").catch(() => []),
       ]);
       if (!alive) return;
       const mvNames = new Set(mviews.map((v) => (typeof v === "string" ? v : v.name)));
