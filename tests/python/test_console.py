@@ -300,6 +300,20 @@ def test_console_pages_against_a_live_server(server, browser, shots):
         c.shot("jobs")
         opt.locator("button.cancel").click()
         expect(opt).to_have_attribute("data-state", "CANCELLED")
+        # A slow backfill paused, resumed and cancelled from its row.
+        server.post("/v1/table/shop$items/add_columns", {"new_columns": [
+            {"name": "slow", "virtual_column": virtual_column("misbehave", "slow_double", ["id"],
+                                                              {"spin": "20000000"})}]})
+        slow = server.post("/v1/table/shop$items/backfill_column",
+                           {"column": "slow", "checkpoint_size": 1, "max_checkpoint_size": 1})["job_id"]
+        slow_row = page.locator(f"#jobs tr[data-job='{slow}']")
+        expect(slow_row).to_have_attribute("data-state", "IN_PROGRESS")
+        slow_row.locator("button.pause").click()
+        expect(slow_row).to_have_attribute("data-state", "PAUSED", timeout=30_000)
+        slow_row.locator("button.resume").click()
+        expect(slow_row).to_have_attribute("data-state", "IN_PROGRESS", timeout=30_000)
+        slow_row.locator("button.cancel").click()
+        expect(slow_row).to_have_attribute("data-state", "CANCELLED", timeout=30_000)
         page.click(f"#jobs >> text={backfill}")
         expect(page.locator("#events")).to_contain_text("done")
         expect(page.locator("#row-errors")).to_contain_text("negative value")
@@ -317,6 +331,21 @@ def test_console_pages_against_a_live_server(server, browser, shots):
         expect(page.locator("#schema")).to_contain_text("virtual: fail_negative")
         expect(page.locator("#schema")).to_contain_text("backfill done")
         c.shot("schema")
+
+        # The version picker reads older versions (before the virtual column), by number or
+        # tag; the column picker hides a column.
+        c.open("#/table/shop%24items/data/1")
+        expect(page.locator("#ref")).to_have_value("1")
+        expect(page.locator("#page-info")).to_have_text(f"Rows 1–50 of {ROWS}")
+        expect(page.locator("#data-grid thead")).not_to_contain_text("checked")
+        page.select_option("#ref", "main")
+        expect(page.locator("#data-grid thead")).to_contain_text("checked")
+        page.select_option("#ref", "tag:indexed")
+        expect(page.locator("#data-grid thead")).not_to_contain_text("checked")
+        page.click("#column-picker summary")
+        page.uncheck("#column-picker input[value='vector']")
+        expect(page.locator("#data-grid thead")).not_to_contain_text("vector")
+        expect(page.locator("#data-grid thead")).to_contain_text("text")
 
         # Narrow window: still usable (nothing hidden sideways on the tables page).
         page.set_viewport_size({"width": 420, "height": 800})

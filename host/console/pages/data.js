@@ -41,35 +41,55 @@ function refPicker(options, value) {
     options.map((o) => h("option", { value: o.value, selected: o.value === value }, o.label)));
 }
 
-export async function dataTab(ctx, initialRef) {
+export async function dataTab(ctx) {
   const { id, panel } = ctx;
-  const [desc, options] = await Promise.all([api.call(api.table(id, "describe"), {}), refs(id)]);
+  const options = await refs(id);
   if (!ctx.alive) return;
-  const fields = desc.schema.fields;
-  let ref = ctx.ref || initialRef || "main";
+  const ref = ctx.ref || "main";
   if (!options.some((o) => o.value === ref)) options.push({ value: ref, label: ref });
   const picker = refPicker(options, ref);
   const filter = h("input", { id: "filter", class: "grow", placeholder: "SQL filter, e.g. id > 10 AND text LIKE '%cat%'", "aria-label": "Filter" });
   const apply = h("button", { class: "primary", id: "apply" }, "Apply");
-  const checks = fields.map((f) => h("input", { type: "checkbox", checked: true, value: f.name, "aria-label": f.name }));
-  const picker2 = h("details", { class: "fold", id: "column-picker" }, h("summary", {}, "Columns"),
-    h("div", { class: "row" }, fields.map((f, i) => h("label", {}, checks[i], f.name))));
+  const columnList = h("div", { class: "row" });
+  const columnPicker = h("details", { class: "fold", id: "column-picker" }, h("summary", {}, "Columns"), columnList);
   const status = h("div", { "aria-live": "polite", id: "data-status" });
   const grid = h("div", { class: "scroll", id: "data-grid" });
   const prev = h("button", { id: "prev", "aria-label": "Previous page" }, "← Previous");
   const next = h("button", { id: "next", "aria-label": "Next page" }, "Next →");
   const info = h("span", { class: "muted", id: "page-info" });
   clear(panel,
-    h("div", { class: "row" }, picker, filter, apply, picker2),
+    h("div", { class: "row" }, picker, filter, apply, columnPicker),
     status, grid, h("div", { class: "row" }, prev, next, info));
   let offset = 0;
   let total = null;
+  // The schema of the version shown (columns differ between versions); hidden columns are
+  // remembered by name.
+  let fields = null;
+  let fieldsAt = null;
+  const hidden = new Set();
+  const columnsAt = async (where) => {
+    const key = JSON.stringify(where);
+    if (fieldsAt === key) return;
+    const desc = await api.call(api.table(id, "describe"), where);
+    fields = desc.schema.fields;
+    fieldsAt = key;
+    clear(columnList, fields.map((f) => {
+      const box = h("input", { type: "checkbox", checked: !hidden.has(f.name), value: f.name, "aria-label": f.name });
+      box.addEventListener("change", () => {
+        if (box.checked) hidden.delete(f.name);
+        else hidden.add(f.name);
+        load();
+      });
+      return h("label", {}, box, f.name);
+    }));
+  };
   const load = async () => {
     clear(status);
     grid.setAttribute("aria-busy", "true");
     try {
       const where = await at(id, picker.value);
-      const columns = checks.filter((c) => c.checked).map((c) => c.value);
+      await columnsAt(where);
+      const columns = fields.map((f) => f.name).filter((n) => !hidden.has(n));
       const predicate = filter.value.trim();
       const body = { ...where, k: PAGE, offset, columns, with_row_id: true };
       if (predicate) body.filter = predicate;
@@ -96,7 +116,6 @@ export async function dataTab(ctx, initialRef) {
   apply.addEventListener("click", restart);
   filter.addEventListener("keydown", (e) => { if (e.key === "Enter") restart(); });
   picker.addEventListener("change", () => { ctx.ref = picker.value; restart(); });
-  for (const c of checks) c.addEventListener("change", load);
   prev.addEventListener("click", () => { offset = Math.max(0, offset - PAGE); load(); });
   next.addEventListener("click", () => { offset += PAGE; load(); });
   await load();
