@@ -47,6 +47,23 @@ pub struct ServeConfig {
     /// Off by default: they may hold credentials.
     #[arg(long, env = "LANCET_VEND_STORAGE_OPTIONS", default_value_t = false, action = clap::ArgAction::Set)]
     pub vend_storage_options: bool,
+    /// Serve SQL over Arrow Flight SQL (gRPC) on this address too (port 0 picks a free one;
+    /// the second stdout line is then `flight sql listening on grpc://ADDR`). Off by default:
+    /// a second port is a deployment decision.
+    #[arg(long, env = "LANCET_FLIGHT_ADDR")]
+    pub flight_addr: Option<std::net::SocketAddr>,
+    /// Memory one SQL statement may use (DataFusion's pool: sorts, joins, aggregates), in MiB.
+    #[arg(long, env = "LANCET_SQL_MEMORY_MB", default_value_t = 1024)]
+    pub sql_memory_mb: usize,
+    /// Wall time one SQL statement may run.
+    #[arg(long, env = "LANCET_SQL_TIMEOUT", value_parser = humantime::parse_duration, default_value = "5m")]
+    pub sql_timeout: std::time::Duration,
+    /// Rows one SQL statement may answer.
+    #[arg(long, env = "LANCET_SQL_MAX_ROWS", default_value_t = 100_000_000)]
+    pub sql_max_rows: u64,
+    /// Arrow bytes one SQL statement may answer, in MiB.
+    #[arg(long, env = "LANCET_SQL_MAX_ANSWER_MB", default_value_t = 16384)]
+    pub sql_max_answer_mb: u64,
     /// Serve the web console at `/console` (its page files are compiled into the binary; every
     /// data call it makes goes through the REST API with the user's key).
     #[arg(long, env = "LANCET_CONSOLE", default_value_t = true, action = clap::ArgAction::Set)]

@@ -233,6 +233,19 @@ pub async fn serve(config: ServeConfig) -> anyhow_like::Result<()> {
     // Scripts and tests read this line to learn the port.
     println!("listening on http://{addr}");
     tracing::info!(%addr, root = %app.tenants.root(), "lancet serving");
+    if let Some(flight_addr) = config.flight_addr {
+        let flight = TcpListener::bind(flight_addr).await?;
+        let flight_addr = flight.local_addr()?;
+        println!("flight sql listening on grpc://{flight_addr}");
+        tracing::info!(addr = %flight_addr, "flight sql serving");
+        let limits = crate::sql::Limits {
+            memory_bytes: config.sql_memory_mb << 20,
+            timeout: config.sql_timeout,
+            max_rows: config.sql_max_rows,
+            max_bytes: config.sql_max_answer_mb << 20,
+        };
+        tokio::spawn(crate::flight::serve(app.clone(), limits, flight, shutdown_signal()));
+    }
     tokio::spawn(refresh_keys(app.clone()));
     let app_for_jobs = app.clone();
     let service = http::service(

@@ -33,6 +33,12 @@ class Lancet:
             line = self.proc.stdout.readline().strip()
         assert line.startswith("listening on "), line
         self.base = line[len("listening on "):]
+        # With --flight-addr, the next line names the Flight SQL address.
+        self.flight = None
+        if "--flight-addr" in args:
+            line = self.proc.stdout.readline().strip()
+            assert line.startswith("flight sql listening on "), line
+            self.flight = line[len("flight sql listening on "):]
 
     def new_key(self, tenant, role):
         """A key made by `lancet keys create`, once the running server accepts it."""

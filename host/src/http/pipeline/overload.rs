@@ -103,6 +103,45 @@ impl Admission {
     }
 }
 
+/// What a request of another front end (Flight SQL) holds while it is served: a whole-server
+/// and a tenant in-flight slot, as an HTTP request does.
+pub struct Admitted {
+    _global: OwnedSemaphorePermit,
+    _tenant: OwnedSemaphorePermit,
+}
+
+impl Admission {
+    /// Admits a request of `tenant` (with its auth-file limit, if any) from a front end
+    /// other than HTTP; `Err` says which bound refused it (the caller answers "unavailable,
+    /// retry"), and counts the refusal like HTTP's.
+    pub fn admit(
+        &self,
+        metrics: &crate::metrics::Metrics,
+        tenant: &str,
+        limit: Option<usize>,
+    ) -> Result<Admitted, String> {
+        let Ok(global) = self.global.clone().try_acquire_owned() else {
+            metrics.reject("global", crate::metrics::NO_TENANT);
+            return Err("the server is at its limit of requests in flight; slow down".into());
+        };
+        let Some(tenant_slot) = self.tenant_slot(tenant, limit) else {
+            metrics.reject("tenant", tenant);
+            return Err(format!(
+                "tenant '{tenant}' is at its limit of requests in flight; slow down"
+            ));
+        };
+        Ok(Admitted {
+            _global: global,
+            _tenant: tenant_slot,
+        })
+    }
+
+    /// A fair run slot for `tenant` (see `fair`); `None` after waiting too long.
+    pub async fn run_slot(&self, tenant: &str) -> Option<super::fair::RunSlot> {
+        self.run.acquire(tenant).await
+    }
+}
+
 fn units(bytes: usize) -> u32 {
     bytes.div_ceil(UNIT).min(u32::MAX as usize) as u32
 }
