@@ -244,7 +244,14 @@ pub async fn serve(config: ServeConfig) -> anyhow_like::Result<()> {
             max_rows: config.sql_max_rows,
             max_bytes: config.sql_max_answer_mb << 20,
         };
-        tokio::spawn(crate::flight::serve(app.clone(), limits, flight, shutdown_signal()));
+        let flight_app = app.clone();
+        tokio::spawn(async move {
+            if let Err(e) =
+                crate::flight::serve(flight_app, limits, flight, shutdown_signal()).await
+            {
+                tracing::error!(error = %e, "flight sql stopped");
+            }
+        });
     }
     tokio::spawn(refresh_keys(app.clone()));
     let app_for_jobs = app.clone();

@@ -134,4 +134,3 @@ impl FlightService for Front {
         Ok(Response::new(Box::pin(futures::stream::iter(actions))))
     }
 }
-

@@ -31,7 +31,9 @@ impl Handle {
     }
 
     pub fn encode(&self) -> bytes::Bytes {
-        serde_json::to_vec(self).expect("a handle serializes").into()
+        serde_json::to_vec(self)
+            .expect("a handle serializes")
+            .into()
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Self, Status> {
@@ -73,7 +75,8 @@ impl Handle {
                 batch.num_rows()
             )));
         }
-        let bad = |e: arrow_schema::ArrowError| Status::invalid_argument(format!("parameters: {e}"));
+        let bad =
+            |e: arrow_schema::ArrowError| Status::invalid_argument(format!("parameters: {e}"));
         let mut bytes = Vec::new();
         {
             let mut w = arrow_ipc::writer::StreamWriter::try_new(&mut bytes, &batch.schema())

@@ -35,7 +35,10 @@ pub async fn serve(
     let service = SqlService::new(app, limits);
     tonic::transport::Server::builder()
         .add_service(service.into_server())
-        .serve_with_incoming_shutdown(tonic::transport::server::TcpIncoming::from(listener), shutdown)
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(listener),
+            shutdown,
+        )
         .await
         .map_err(|e| format!("flight sql server: {e}"))
 }

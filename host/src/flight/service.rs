@@ -14,9 +14,8 @@ use arrow_flight::sql::{
     ActionCancelQueryRequest, ActionCancelQueryResult, ActionClosePreparedStatementRequest,
     ActionCreatePreparedStatementRequest, ActionCreatePreparedStatementResult, Any,
     CommandGetCatalogs, CommandGetDbSchemas, CommandGetSqlInfo, CommandGetTableTypes,
-    CommandGetTables, CommandPreparedStatementQuery, CommandStatementQuery,
-    CommandStatementUpdate, DoPutPreparedStatementResult, ProstMessageExt, SqlInfo,
-    TicketStatementQuery,
+    CommandGetTables, CommandPreparedStatementQuery, CommandStatementQuery, CommandStatementUpdate,
+    DoPutPreparedStatementResult, ProstMessageExt, SqlInfo, TicketStatementQuery,
 };
 use arrow_flight::{
     Action, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse,
@@ -69,8 +68,12 @@ impl SqlService {
     pub(super) fn cancel(&self, info: &FlightInfo) -> bool {
         let mut found = false;
         for endpoint in &info.endpoint {
-            let Some(ticket) = &endpoint.ticket else { continue };
-            let Some(handle) = ticket_handle(&ticket.ticket) else { continue };
+            let Some(ticket) = &endpoint.ticket else {
+                continue;
+            };
+            let Some(handle) = ticket_handle(&ticket.ticket) else {
+                continue;
+            };
             found = true;
             if let Some(token) = self.running.lock().unwrap().get(&handle.id) {
                 token.cancel();
@@ -93,12 +96,17 @@ impl SqlService {
         let caller = caller(&self.app, metadata).await?;
         let admitted = self.admit(caller.tenant())?;
         let default_namespace = super::default_namespace(metadata);
-        let _run = self.app.admission.run_slot(caller.tenant()).await.ok_or_else(|| {
-            Status::unavailable(format!(
-                "tenant '{}' waited too long for the server to be free; slow down",
-                caller.tenant()
-            ))
-        })?;
+        let _run = self
+            .app
+            .admission
+            .run_slot(caller.tenant())
+            .await
+            .ok_or_else(|| {
+                Status::unavailable(format!(
+                    "tenant '{}' waited too long for the server to be free; slow down",
+                    caller.tenant()
+                ))
+            })?;
         let prepared = sql::prepare(&self.app, &caller, &default_namespace, sql, &self.limits)
             .await
             .map_err(status)?;
@@ -143,14 +151,18 @@ impl SqlService {
         }
         let (prepared, admitted) = self.prepare(metadata, &handle.sql).await?;
         let schema = prepared.schema();
-        let batches = prepared
-            .execute(handle.values()?)
-            .await
-            .map_err(status)?;
+        let batches = prepared.execute(handle.values()?).await.map_err(status)?;
         let token = CancellationToken::new();
         // Held, with the in-flight slots, for as long as the answer streams.
-        let run = Running::new(self.running.clone(), handle.id.clone(), token.clone(), admitted);
-        let batches = batches.map_err(|e| FlightError::Tonic(Box::new(status(e)))).boxed();
+        let run = Running::new(
+            self.running.clone(),
+            handle.id.clone(),
+            token.clone(),
+            admitted,
+        );
+        let batches = batches
+            .map_err(|e| FlightError::Tonic(Box::new(status(e))))
+            .boxed();
         // Ends at the last batch, or with an error at a cancellation; `run` leaves the
         // registry when the stream is dropped, however it ends.
         let cut = futures::stream::unfold(
@@ -338,7 +350,11 @@ impl FlightSqlService for SqlService {
             params
                 .iter()
                 .map(|(name, ty)| {
-                    Field::new(name, ty.clone().unwrap_or(arrow_schema::DataType::Null), true)
+                    Field::new(
+                        name,
+                        ty.clone().unwrap_or(arrow_schema::DataType::Null),
+                        true,
+                    )
                 })
                 .collect::<Vec<_>>(),
         );
@@ -441,8 +457,9 @@ impl FlightSqlService for SqlService {
         // ActionCancelQueryResult.CancelResult (the enum is not re-exported by arrow-flight).
         const CANCELLED: i32 = 1;
         const NOT_CANCELLABLE: i32 = 3;
-        let info = FlightInfo::decode(&*query.info)
-            .map_err(|_| Status::invalid_argument("CancelQuery needs the statement's FlightInfo"))?;
+        let info = FlightInfo::decode(&*query.info).map_err(|_| {
+            Status::invalid_argument("CancelQuery needs the statement's FlightInfo")
+        })?;
         let found = self.cancel(&info);
         // Not found: not running here (done, not started yet, or on another replica).
         let result = if found { CANCELLED } else { NOT_CANCELLABLE };
@@ -455,8 +472,12 @@ impl FlightSqlService for SqlService {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         caller(&self.app, request.metadata()).await?;
-        let schema = query.clone().into_builder().schema();
-        Self::info(&schema, query.as_any().encode_to_vec(), request.into_inner())
+        let schema = query.into_builder().schema();
+        Self::info(
+            &schema,
+            query.as_any().encode_to_vec(),
+            request.into_inner(),
+        )
     }
 
     async fn do_get_catalogs(
@@ -478,7 +499,11 @@ impl FlightSqlService for SqlService {
     ) -> Result<Response<FlightInfo>, Status> {
         caller(&self.app, request.metadata()).await?;
         let schema = query.clone().into_builder().schema();
-        Self::info(&schema, query.as_any().encode_to_vec(), request.into_inner())
+        Self::info(
+            &schema,
+            query.as_any().encode_to_vec(),
+            request.into_inner(),
+        )
     }
 
     async fn do_get_schemas(
@@ -502,7 +527,11 @@ impl FlightSqlService for SqlService {
     ) -> Result<Response<FlightInfo>, Status> {
         caller(&self.app, request.metadata()).await?;
         let schema = query.clone().into_builder().schema();
-        Self::info(&schema, query.as_any().encode_to_vec(), request.into_inner())
+        Self::info(
+            &schema,
+            query.as_any().encode_to_vec(),
+            request.into_inner(),
+        )
     }
 
     async fn do_get_tables(
@@ -548,7 +577,11 @@ impl FlightSqlService for SqlService {
             arrow_schema::DataType::Utf8,
             false,
         )]));
-        Self::info(&schema, query.as_any().encode_to_vec(), request.into_inner())
+        Self::info(
+            &schema,
+            query.as_any().encode_to_vec(),
+            request.into_inner(),
+        )
     }
 
     async fn do_get_table_types(
@@ -576,7 +609,11 @@ impl FlightSqlService for SqlService {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let schema = query.clone().into_builder(sql_info()).schema();
-        Self::info(&schema, query.as_any().encode_to_vec(), request.into_inner())
+        Self::info(
+            &schema,
+            query.as_any().encode_to_vec(),
+            request.into_inner(),
+        )
     }
 
     async fn do_get_sql_info(

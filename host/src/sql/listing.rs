@@ -86,7 +86,12 @@ pub async fn tables(caller: &Caller) -> ApiResult<Vec<(String, String)>> {
         None => {
             for schema in schemas(caller).await? {
                 let mut ns: Vec<String> = caller.database.iter().cloned().collect();
-                ns.extend(schema.split('.').filter(|s| !s.is_empty()).map(str::to_string));
+                ns.extend(
+                    schema
+                        .split('.')
+                        .filter(|s| !s.is_empty())
+                        .map(str::to_string),
+                );
                 let mut token = None;
                 loop {
                     let page = caller
@@ -110,7 +115,12 @@ pub async fn tables(caller: &Caller) -> ApiResult<Vec<(String, String)>> {
     }
     out.retain(|(schema, _)| {
         let mut ns: Vec<String> = caller.database.iter().cloned().collect();
-        ns.extend(schema.split('.').filter(|s| !s.is_empty()).map(str::to_string));
+        ns.extend(
+            schema
+                .split('.')
+                .filter(|s| !s.is_empty())
+                .map(str::to_string),
+        );
         caller.covers(&ns)
     });
     out.sort();

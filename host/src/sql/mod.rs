@@ -138,14 +138,22 @@ fn read_only(statement: &Statement) -> ApiResult<()> {
 fn plan_error(e: &lance::deps::datafusion::error::DataFusionError) -> ApiError {
     let text = e.to_string();
     if text.contains("not found") && text.contains("table") {
-        ApiError::new(lance_namespace::ErrorCode::TableNotFound, format!("SQL: {text}"))
+        ApiError::new(
+            lance_namespace::ErrorCode::TableNotFound,
+            format!("SQL: {text}"),
+        )
     } else {
         ApiError::invalid(format!("SQL: {text}"))
     }
 }
 
 /// Registers table `name` of the caller under the name the statement wrote.
-async fn register(app: &App, caller: &Caller, ctx: &SessionContext, name: &TableName) -> ApiResult<()> {
+async fn register(
+    app: &App,
+    caller: &Caller,
+    ctx: &SessionContext,
+    name: &TableName,
+) -> ApiResult<()> {
     let id = caller.resolve(&name.id)?;
     let location = caller.catalog.locate(&id).await?;
     let at = match &name.pin {
@@ -159,12 +167,18 @@ async fn register(app: &App, caller: &Caller, ctx: &SessionContext, name: &Table
     };
     let ds = app.store.read(&location, &at).await?;
     let provider = Arc::new(LanceTableProvider::new(ds, false, false));
-    let internal = |e: lance::deps::datafusion::error::DataFusionError| ApiError::internal(e.to_string());
+    let internal =
+        |e: lance::deps::datafusion::error::DataFusionError| ApiError::internal(e.to_string());
     let (catalog, schema, table) = match name.written.as_slice() {
         [t] => ("datafusion", "public", t),
         [s, t] => ("datafusion", s.as_str(), t),
         [c, s, t] => (c.as_str(), s.as_str(), t),
-        _ => return Err(ApiError::invalid(format!("SQL: table name {:?}", name.written))),
+        _ => {
+            return Err(ApiError::invalid(format!(
+                "SQL: table name {:?}",
+                name.written
+            )));
+        }
     };
     if ctx.catalog(catalog).is_none() {
         ctx.register_catalog(catalog, Arc::new(MemoryCatalogProvider::new()));
@@ -177,7 +191,9 @@ async fn register(app: &App, caller: &Caller, ctx: &SessionContext, name: &Table
     }
     let schema = catalog.schema(schema).expect("registered above");
     if !schema.table_exist(table) {
-        schema.register_table(table.clone(), provider).map_err(internal)?;
+        schema
+            .register_table(table.clone(), provider)
+            .map_err(internal)?;
     }
     Ok(())
 }
@@ -198,7 +214,9 @@ impl Prepared {
         let mut params: Vec<_> = types.into_iter().collect();
         // `$10` after `$9`.
         params.sort_by_key(|(name, _)| {
-            name.trim_start_matches('$').parse::<u64>().unwrap_or(u64::MAX)
+            name.trim_start_matches('$')
+                .parse::<u64>()
+                .unwrap_or(u64::MAX)
         });
         Ok(params)
     }
@@ -213,7 +231,9 @@ impl Prepared {
             self.plan
         } else {
             self.plan
-                .with_param_values(ParamValues::List(params.into_iter().map(Into::into).collect()))
+                .with_param_values(ParamValues::List(
+                    params.into_iter().map(Into::into).collect(),
+                ))
                 .map_err(|e| ApiError::invalid(format!("SQL parameters: {e}")))?
         };
         let frame = self

@@ -43,7 +43,9 @@ impl TableName {
             Some((table, pin)) => (table.to_string(), parse_pin(pin, &last)?),
         };
         if table.is_empty() {
-            return Err(ApiError::invalid(format!("table name '{last}' has no table")));
+            return Err(ApiError::invalid(format!(
+                "table name '{last}' has no table"
+            )));
         }
         // A schema written as one quoted identifier may hold several namespace levels.
         let mut id: Vec<String> = parts
@@ -69,10 +71,18 @@ fn parse_pin(pin: &str, name: &str) -> ApiResult<Pin> {
         ))
     };
     if let Some(tag) = pin.strip_prefix("tag:") {
-        return if tag.is_empty() { Err(bad()) } else { Ok(Pin::Tag(tag.to_string())) };
+        return if tag.is_empty() {
+            Err(bad())
+        } else {
+            Ok(Pin::Tag(tag.to_string()))
+        };
     }
     if let Some(branch) = pin.strip_prefix("branch:") {
-        return if branch.is_empty() { Err(bad()) } else { Ok(Pin::Branch(branch.to_string())) };
+        return if branch.is_empty() {
+            Err(bad())
+        } else {
+            Ok(Pin::Branch(branch.to_string()))
+        };
     }
     let number = pin.strip_prefix('v').unwrap_or(pin);
     number.parse().map(Pin::Version).map_err(|_| bad())
@@ -91,9 +101,15 @@ mod tests {
         let n = name(&["items"]).unwrap();
         assert_eq!((n.id, n.pin), (vec!["items".to_string()], Pin::Latest));
         let n = name(&["shop", "items@3"]).unwrap();
-        assert_eq!((n.id, n.pin), (vec!["shop".into(), "items".into()], Pin::Version(3)));
+        assert_eq!(
+            (n.id, n.pin),
+            (vec!["shop".into(), "items".into()], Pin::Version(3))
+        );
         let n = name(&["lancet", "shop", "items@v7"]).unwrap();
-        assert_eq!((n.id, n.pin), (vec!["shop".into(), "items".into()], Pin::Version(7)));
+        assert_eq!(
+            (n.id, n.pin),
+            (vec!["shop".into(), "items".into()], Pin::Version(7))
+        );
         let n = name(&["a.b", "t@tag:x"]).unwrap();
         assert_eq!(n.id, vec!["a", "b", "t"]);
         assert_eq!(n.pin, Pin::Tag("x".into()));
