@@ -99,7 +99,8 @@ pub async fn prepare(
         if name.written.len() == 1 {
             name.id.splice(0..0, default_namespace.iter().cloned());
         }
-        register(app, caller, &ctx, &name).await?;
+        let id = caller.resolve(&name.id)?;
+        register(app, caller, &ctx, &name, id, 0).await?;
     }
     let plan = ctx
         .state()
@@ -147,15 +148,31 @@ fn plan_error(e: &lance::deps::datafusion::error::DataFusionError) -> ApiError {
     }
 }
 
-/// Registers table `name` of the caller under the name the statement wrote.
+/// Saved views inside saved views, at most.
+const MAX_VIEW_DEPTH: usize = 8;
+
+/// Registers table (or saved view) `id` of the caller under the name the statement wrote.
 async fn register(
     app: &App,
     caller: &Caller,
     ctx: &SessionContext,
     name: &TableName,
+    id: Vec<String>,
+    depth: usize,
 ) -> ApiResult<()> {
-    let id = caller.resolve(&name.id)?;
-    let location = caller.catalog.locate(&id).await?;
+    let location = match caller.catalog.locate(&id).await {
+        Ok(location) => location,
+        Err(e)
+            if e.code == lance_namespace::ErrorCode::TableNotFound && name.pin == Pin::Latest =>
+        {
+            let views = crate::views::saved::SavedViews::new(caller.catalog.state());
+            return match views.get(&id).await? {
+                Some(view) => Box::pin(register_view(app, caller, ctx, name, view, depth)).await,
+                None => Err(e),
+            };
+        }
+        Err(e) => return Err(e),
+    };
     let at = match &name.pin {
         Pin::Latest => At::new(None, None)?,
         Pin::Version(v) => At::new(None, Some(*v as i64))?,
@@ -166,19 +183,69 @@ async fn register(
         }
     };
     let ds = app.store.read(&location, &at).await?;
-    let provider = Arc::new(LanceTableProvider::new(ds, false, false));
+    add_table(
+        ctx,
+        &name.written,
+        Arc::new(LanceTableProvider::new(ds, false, false)),
+    )
+}
+
+/// A saved view (`view/create`) as a table: its query planned over its own tables, named from
+/// the database it was made in, each of which the caller's credential must cover.
+async fn register_view(
+    app: &App,
+    caller: &Caller,
+    ctx: &SessionContext,
+    name: &TableName,
+    view: crate::views::saved::SavedView,
+    depth: usize,
+) -> ApiResult<()> {
+    if depth >= MAX_VIEW_DEPTH {
+        return Err(ApiError::invalid(format!(
+            "view '{}' nests views more than {MAX_VIEW_DEPTH} deep",
+            name.written.join(".")
+        )));
+    }
+    // Planned in a context of its own, so its names cannot clash with the statement's.
+    let inner = SessionContext::new_with_config_rt(ctx.copied_config(), ctx.runtime_env());
+    for written in crate::views::saved::tables_read(&view.query)? {
+        let table = TableName::parse(written)?;
+        let mut id: Vec<String> = Some(view.default_database.clone())
+            .filter(|d| !d.is_empty())
+            .into_iter()
+            .collect();
+        id.extend(table.id.iter().cloned());
+        if !caller.covers(&id) {
+            return Err(crate::http::pipeline::auth::forbidden(format!(
+                "view '{}' reads a table this credential does not cover",
+                name.written.join(".")
+            )));
+        }
+        Box::pin(register(app, caller, &inner, &table, id, depth + 1)).await?;
+    }
+    let plan = inner
+        .state()
+        .create_logical_plan(&view.query)
+        .await
+        .map_err(|e| plan_error(&e))?;
+    let table = lance::deps::datafusion::catalog::view::ViewTable::new(plan, Some(view.query));
+    add_table(ctx, &name.written, Arc::new(table))
+}
+
+/// Registers `provider` under `written` (`[table]`, `[schema, table]`, `[catalog, schema,
+/// table]`), as the planner will look it up.
+fn add_table(
+    ctx: &SessionContext,
+    written: &[String],
+    provider: Arc<dyn lance::deps::datafusion::catalog::TableProvider>,
+) -> ApiResult<()> {
     let internal =
         |e: lance::deps::datafusion::error::DataFusionError| ApiError::internal(e.to_string());
-    let (catalog, schema, table) = match name.written.as_slice() {
+    let (catalog, schema, table) = match written {
         [t] => ("datafusion", "public", t),
         [s, t] => ("datafusion", s.as_str(), t),
         [c, s, t] => (c.as_str(), s.as_str(), t),
-        _ => {
-            return Err(ApiError::invalid(format!(
-                "SQL: table name {:?}",
-                name.written
-            )));
-        }
+        _ => return Err(ApiError::invalid(format!("SQL: table name {written:?}"))),
     };
     if ctx.catalog(catalog).is_none() {
         ctx.register_catalog(catalog, Arc::new(MemoryCatalogProvider::new()));
