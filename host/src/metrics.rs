@@ -135,6 +135,27 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// A request of a front end other than HTTP (Flight SQL), in the same families:
+    /// `route` names the call (`flight/plan`, `flight/run`), `method` is `GRPC`, `status`
+    /// the HTTP status of the same meaning.
+    pub fn record(&self, route: &str, tenant: &str, status: u16, seconds: f64) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                route: route.to_string(),
+                method: "GRPC".to_string(),
+                status,
+                tenant: tenant.to_string(),
+            })
+            .inc();
+        self.latency
+            .get_or_create(&RouteLabels {
+                route: route.to_string(),
+                method: "GRPC".to_string(),
+                tenant: tenant.to_string(),
+            })
+            .observe(seconds);
+    }
+
     pub fn reject(&self, reason: &str, tenant: &str) {
         self.rejections
             .get_or_create(&RejectionLabels {

@@ -318,3 +318,16 @@ def test_limits_per_statement_end_it_with_a_clear_error(server):
                 assert rows(cur, "SELECT count(*) FROM shop.orders") == [(len(ORDERS),)]
         finally:
             small.stop()
+
+
+def test_statements_show_in_metrics(server):
+    import urllib.request
+    with connect(server) as conn, conn.cursor() as cur:
+        rows(cur, "SELECT count(*) FROM shop.orders")
+        with pytest.raises(Exception):
+            cur.execute("SELECT nope FROM shop.orders")
+    with urllib.request.urlopen(server.base + "/metrics") as r:
+        text = r.read().decode()
+    assert 'route="flight/plan",method="GRPC",status="200",tenant="default"' in text
+    assert 'route="flight/plan",method="GRPC",status="400",tenant="default"' in text
+    assert 'route="flight/run",method="GRPC",status="200",tenant="default"' in text

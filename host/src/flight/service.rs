@@ -94,6 +94,25 @@ impl SqlService {
         sql: &str,
     ) -> Result<(sql::Prepared, Admitted), Status> {
         let caller = caller(&self.app, metadata).await?;
+        let started = std::time::Instant::now();
+        let planned = self.plan(&caller, metadata, sql).await;
+        let code = match &planned {
+            Ok(_) => 200,
+            Err(e) => http_status(e),
+        };
+        let seconds = started.elapsed().as_secs_f64();
+        self.app
+            .metrics
+            .record("flight/plan", caller.tenant(), code, seconds);
+        planned
+    }
+
+    async fn plan(
+        &self,
+        caller: &crate::http::pipeline::auth::Caller,
+        metadata: &tonic::metadata::MetadataMap,
+        sql: &str,
+    ) -> Result<(sql::Prepared, Admitted), Status> {
         let admitted = self.admit(caller.tenant())?;
         let default_namespace = super::default_namespace(metadata);
         let _run = self
@@ -107,7 +126,7 @@ impl SqlService {
                     caller.tenant()
                 ))
             })?;
-        let prepared = sql::prepare(&self.app, &caller, &default_namespace, sql, &self.limits)
+        let prepared = sql::prepare(&self.app, caller, &default_namespace, sql, &self.limits)
             .await
             .map_err(status)?;
         Ok((prepared, admitted))
@@ -154,12 +173,14 @@ impl SqlService {
         let batches = prepared.execute(handle.values()?).await.map_err(status)?;
         let token = CancellationToken::new();
         // Held, with the in-flight slots, for as long as the answer streams.
+        let tenant = caller(&self.app, metadata).await?.grant.tenant;
         let run = Running::new(
             self.running.clone(),
             handle.id.clone(),
             token.clone(),
             admitted,
-        );
+        )
+        .counted(self.app.clone(), tenant);
         let batches = batches
             .map_err(|e| FlightError::Tonic(Box::new(status(e))))
             .boxed();
@@ -176,9 +197,21 @@ impl SqlService {
                         let err = FlightError::Tonic(Box::new(Status::cancelled(
                             "the statement was cancelled",
                         )));
+                        run.outcome.store(499, std::sync::atomic::Ordering::Relaxed);
                         Some((Err(err), (batches, run, true)))
                     }
-                    next = batches.next() => next.map(|item| (item, (batches, run, false))),
+                    next = batches.next() => {
+                        let code = match &next {
+                            None => Some(200),
+                            Some(Err(FlightError::Tonic(status))) => Some(http_status(status)),
+                            Some(Err(_)) => Some(500),
+                            Some(Ok(_)) => None,
+                        };
+                        if let Some(code) = code {
+                            run.outcome.store(code, std::sync::atomic::Ordering::Relaxed);
+                        }
+                        next.map(|item| (item, (batches, run, false)))
+                    }
                 }
             },
         );
@@ -210,6 +243,10 @@ struct Running {
     id: String,
     token: CancellationToken,
     _admitted: Admitted,
+    /// Where the run is counted when it ends (`flight/run`), and how it ended: 200, the
+    /// status of the error that cut it, or 499 when cancelled (or the client went away).
+    metrics: Option<(Arc<App>, String, std::time::Instant)>,
+    outcome: std::sync::atomic::AtomicU16,
 }
 
 impl Running {
@@ -225,13 +262,43 @@ impl Running {
             id,
             token,
             _admitted: admitted,
+            metrics: None,
+            // Dropped before its last batch: the client went away.
+            outcome: std::sync::atomic::AtomicU16::new(499),
         }
+    }
+
+    fn counted(mut self, app: Arc<App>, tenant: String) -> Self {
+        self.metrics = Some((app, tenant, std::time::Instant::now()));
+        self
     }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
         self.registry.lock().unwrap().remove(&self.id);
+        if let Some((app, tenant, started)) = &self.metrics {
+            let code = self.outcome.load(std::sync::atomic::Ordering::Relaxed);
+            let seconds = started.elapsed().as_secs_f64();
+            app.metrics.record("flight/run", tenant, code, seconds);
+        }
+    }
+}
+
+/// The HTTP status of the same meaning as a gRPC status, for metrics.
+fn http_status(status: &Status) -> u16 {
+    use tonic::Code;
+    match status.code() {
+        Code::Ok => 200,
+        Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => 400,
+        Code::Unauthenticated => 401,
+        Code::PermissionDenied => 403,
+        Code::NotFound => 404,
+        Code::AlreadyExists | Code::Aborted => 409,
+        Code::Cancelled => 499,
+        Code::Unavailable | Code::ResourceExhausted => 503,
+        Code::Unimplemented => 501,
+        _ => 500,
     }
 }
 
