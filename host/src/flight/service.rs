@@ -225,6 +225,18 @@ impl SqlService {
         Ok(Response::new(Box::pin(stream)))
     }
 
+    /// The FlightInfo of a catalog call: its answer's schema, and the command itself as the
+    /// ticket (answered from the catalog when it is fetched). Callers must hold a credential.
+    async fn catalog_info(
+        &self,
+        request: Request<FlightDescriptor>,
+        schema: &Schema,
+        command: Any,
+    ) -> Result<Response<FlightInfo>, Status> {
+        caller(&self.app, request.metadata()).await?;
+        Self::info(schema, command.encode_to_vec(), request.into_inner())
+    }
+
     fn encoded(
         schema: arrow_schema::SchemaRef,
         batch: Result<arrow_array::RecordBatch, FlightError>,
@@ -235,6 +247,14 @@ impl SqlService {
             .map_err(|e| Status::internal(e.to_string()));
         Response::new(Box::pin(stream))
     }
+}
+
+fn table_types_schema() -> Arc<Schema> {
+    Arc::new(Schema::new(vec![Field::new(
+        "table_type",
+        arrow_schema::DataType::Utf8,
+        false,
+    )]))
 }
 
 /// A run in the registry of cancellable runs, for as long as its answer streams.
@@ -538,13 +558,8 @@ impl FlightSqlService for SqlService {
         query: CommandGetCatalogs,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        caller(&self.app, request.metadata()).await?;
         let schema = query.into_builder().schema();
-        Self::info(
-            &schema,
-            query.as_any().encode_to_vec(),
-            request.into_inner(),
-        )
+        self.catalog_info(request, &schema, query.as_any()).await
     }
 
     async fn do_get_catalogs(
@@ -564,13 +579,8 @@ impl FlightSqlService for SqlService {
         query: CommandGetDbSchemas,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        caller(&self.app, request.metadata()).await?;
         let schema = query.clone().into_builder().schema();
-        Self::info(
-            &schema,
-            query.as_any().encode_to_vec(),
-            request.into_inner(),
-        )
+        self.catalog_info(request, &schema, query.as_any()).await
     }
 
     async fn do_get_schemas(
@@ -592,13 +602,8 @@ impl FlightSqlService for SqlService {
         query: CommandGetTables,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        caller(&self.app, request.metadata()).await?;
         let schema = query.clone().into_builder().schema();
-        Self::info(
-            &schema,
-            query.as_any().encode_to_vec(),
-            request.into_inner(),
-        )
+        self.catalog_info(request, &schema, query.as_any()).await
     }
 
     async fn do_get_tables(
@@ -638,17 +643,8 @@ impl FlightSqlService for SqlService {
         query: CommandGetTableTypes,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        caller(&self.app, request.metadata()).await?;
-        let schema = Arc::new(Schema::new(vec![Field::new(
-            "table_type",
-            arrow_schema::DataType::Utf8,
-            false,
-        )]));
-        Self::info(
-            &schema,
-            query.as_any().encode_to_vec(),
-            request.into_inner(),
-        )
+        let schema = table_types_schema();
+        self.catalog_info(request, &schema, query.as_any()).await
     }
 
     async fn do_get_table_types(
@@ -657,11 +653,7 @@ impl FlightSqlService for SqlService {
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
         caller(&self.app, request.metadata()).await?;
-        let schema = Arc::new(Schema::new(vec![Field::new(
-            "table_type",
-            arrow_schema::DataType::Utf8,
-            false,
-        )]));
+        let schema = table_types_schema();
         let batch = arrow_array::RecordBatch::try_new(
             schema.clone(),
             vec![Arc::new(arrow_array::StringArray::from(vec!["TABLE"]))],

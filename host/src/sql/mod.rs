@@ -234,7 +234,7 @@ async fn register_view(
 
 /// Registers `provider` under `written` (`[table]`, `[schema, table]`, `[catalog, schema,
 /// table]`), as the planner will look it up.
-fn add_table(
+pub(crate) fn add_table(
     ctx: &SessionContext,
     written: &[String],
     provider: Arc<dyn lance::deps::datafusion::catalog::TableProvider>,

@@ -136,35 +136,15 @@ impl Store {
         tables: &[(Vec<String>, String)],
     ) -> ApiResult<SchemaRef> {
         use lance::datafusion::LanceTableProvider;
-        use lance::deps::datafusion::catalog::{MemoryCatalogProvider, MemorySchemaProvider};
         use lance::deps::datafusion::prelude::SessionContext;
         let ctx = SessionContext::new();
-        let internal = |e: lance::deps::datafusion::error::DataFusionError| {
-            ApiError::internal(format!("planning a view query: {e}"))
-        };
         for (name, location) in tables {
             let ds = self.latest(location, None).await?;
-            let (catalog, schema, table) = match name.as_slice() {
-                [t] => ("datafusion", "public", t),
-                [s, t] => ("datafusion", s.as_str(), t),
-                [c, s, t] => (c.as_str(), s.as_str(), t),
-                _ => return Err(ApiError::invalid(format!("view query: table {name:?}"))),
-            };
-            if ctx.catalog(catalog).is_none() {
-                ctx.register_catalog(catalog, Arc::new(MemoryCatalogProvider::new()));
-            }
-            let catalog = ctx.catalog(catalog).expect("registered above");
-            if catalog.schema(schema).is_none() {
-                catalog
-                    .register_schema(schema, Arc::new(MemorySchemaProvider::new()))
-                    .map_err(internal)?;
-            }
-            let provider = Arc::new(LanceTableProvider::new(ds, false, false));
-            catalog
-                .schema(schema)
-                .expect("registered above")
-                .register_table(table.clone(), provider)
-                .map_err(internal)?;
+            crate::sql::add_table(
+                &ctx,
+                name,
+                Arc::new(LanceTableProvider::new(ds, false, false)),
+            )?;
         }
         let plan = ctx
             .state()
