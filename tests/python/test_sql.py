@@ -331,3 +331,15 @@ def test_statements_show_in_metrics(server):
     assert 'route="flight/plan",method="GRPC",status="200",tenant="default"' in text
     assert 'route="flight/plan",method="GRPC",status="400",tenant="default"' in text
     assert 'route="flight/run",method="GRPC",status="200",tenant="default"' in text
+
+
+def test_handshake_with_the_key_as_password(server):
+    with adbc.connect(server.flight, autocommit=True,
+                      db_kwargs={"username": "anyone", "password": server.key}) as conn:
+        with conn.cursor() as cur:
+            assert rows(cur, "SELECT count(*) FROM shop.customers") == [(3,)]
+    with pytest.raises(Exception, match="(?i)unauth|invalid"):
+        with adbc.connect(server.flight, autocommit=True,
+                          db_kwargs={"username": "anyone", "password": "wrong"}) as conn:
+            with conn.cursor() as cur:
+                cur.execute("SELECT 1")

@@ -367,8 +367,9 @@ impl FlightSqlService for SqlService {
             .trim()
             .to_string();
         let key = if let Some(basic) = header.strip_prefix("Basic ") {
-            let decoded = base64::engine::general_purpose::STANDARD
-                .decode(basic.trim())
+            // Padded or not (Go's Flight client sends it unpadded).
+            let decoded = base64::engine::general_purpose::STANDARD_NO_PAD
+                .decode(basic.trim().trim_end_matches('='))
                 .map_err(|_| Status::unauthenticated("Basic credentials are not base64"))?;
             let text = String::from_utf8(decoded)
                 .map_err(|_| Status::unauthenticated("Basic credentials are not text"))?;
