@@ -44,9 +44,36 @@ pub struct SqlService {
     /// Statements cancelled before they ran (a client may cancel what it submitted before it
     /// fetches the answer), by handle id, with when; forgotten after [`CANCELLED_FOR`].
     cancelled: Mutex<HashMap<String, std::time::Instant>>,
+    planned: Mutex<HashMap<String, Planned>>,
 }
 
 const CANCELLED_FOR: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// How long a plan made for a FlightInfo waits for its DoGet, and how many wait at most.
+const PLANNED_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+const MAX_PLANNED: usize = 256;
+
+/// A statement planned for a FlightInfo, kept for the DoGet that usually follows at once, so
+/// that a statement is planned once rather than twice. Only the same caller (tenant,
+/// credential, database, default namespace) may take it; anyone else's DoGet plans anew.
+struct Planned {
+    owner: String,
+    at: std::time::Instant,
+    prepared: sql::Prepared,
+}
+
+fn owner(
+    caller: &crate::http::pipeline::auth::Caller,
+    metadata: &tonic::metadata::MetadataMap,
+) -> String {
+    format!(
+        "{}\u{1f}{}\u{1f}{:?}\u{1f}{:?}",
+        caller.tenant(),
+        caller.grant.principal,
+        caller.database,
+        super::default_namespace(metadata)
+    )
+}
 
 impl SqlService {
     pub fn new(app: Arc<App>, limits: Limits) -> Self {
@@ -55,6 +82,7 @@ impl SqlService {
             limits,
             running: Default::default(),
             cancelled: Default::default(),
+            planned: Default::default(),
         }
     }
 
@@ -94,8 +122,17 @@ impl SqlService {
         sql: &str,
     ) -> Result<(sql::Prepared, Admitted), Status> {
         let caller = caller(&self.app, metadata).await?;
+        self.prepare_for(&caller, metadata, sql).await
+    }
+
+    async fn prepare_for(
+        &self,
+        caller: &crate::http::pipeline::auth::Caller,
+        metadata: &tonic::metadata::MetadataMap,
+        sql: &str,
+    ) -> Result<(sql::Prepared, Admitted), Status> {
         let started = std::time::Instant::now();
-        let planned = self.plan(&caller, metadata, sql).await;
+        let planned = self.plan(caller, metadata, sql).await;
         let code = match &planned {
             Ok(_) => 200,
             Err(e) => http_status(e),
@@ -130,6 +167,33 @@ impl SqlService {
             .await
             .map_err(status)?;
         Ok((prepared, admitted))
+    }
+
+    /// Plans `sql` for a FlightInfo and keeps the plan for the DoGet of `id`.
+    async fn plan_for_info(
+        &self,
+        metadata: &tonic::metadata::MetadataMap,
+        sql: &str,
+        id: &str,
+    ) -> Result<arrow_schema::SchemaRef, Status> {
+        let caller = caller(&self.app, metadata).await?;
+        let (prepared, _admitted) = self.prepare_for(&caller, metadata, sql).await?;
+        let schema = prepared.schema();
+        let mut planned = self.planned.lock().unwrap();
+        planned.retain(|_, p| p.at.elapsed() < PLANNED_FOR);
+        if planned.len() < MAX_PLANNED {
+            let owner = owner(&caller, metadata);
+            let at = std::time::Instant::now();
+            planned.insert(
+                id.to_string(),
+                Planned {
+                    owner,
+                    at,
+                    prepared,
+                },
+            );
+        }
+        Ok(schema)
     }
 
     fn admit(&self, tenant: &str) -> Result<Admitted, Status> {
@@ -168,12 +232,19 @@ impl SqlService {
         if self.cancelled.lock().unwrap().contains_key(&handle.id) {
             return Err(Status::cancelled("the statement was cancelled"));
         }
-        let (prepared, admitted) = self.prepare(metadata, &handle.sql).await?;
+        let caller = caller(&self.app, metadata).await?;
+        let kept = self.planned.lock().unwrap().remove(&handle.id);
+        let (prepared, admitted) = match kept {
+            Some(p) if p.owner == owner(&caller, metadata) && p.at.elapsed() < PLANNED_FOR => {
+                (p.prepared, self.admit(caller.tenant())?)
+            }
+            _ => self.prepare_for(&caller, metadata, &handle.sql).await?,
+        };
         let schema = prepared.schema();
         let batches = prepared.execute(handle.values()?).await.map_err(status)?;
         let token = CancellationToken::new();
         // Held, with the in-flight slots, for as long as the answer streams.
-        let tenant = caller(&self.app, metadata).await?.grant.tenant;
+        let tenant = caller.grant.tenant.clone();
         let run = Running::new(
             self.running.clone(),
             handle.id.clone(),
@@ -406,13 +477,15 @@ impl FlightSqlService for SqlService {
         query: CommandStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        let (prepared, _admitted) = self.prepare(request.metadata(), &query.query).await?;
         let handle = Handle::new(query.query);
+        let schema = self
+            .plan_for_info(request.metadata(), &handle.sql, &handle.id)
+            .await?;
         let ticket = TicketStatementQuery {
             statement_handle: handle.encode(),
         };
         Self::info(
-            &prepared.schema(),
+            &schema,
             ticket.as_any().encode_to_vec(),
             request.into_inner(),
         )
@@ -504,14 +577,16 @@ impl FlightSqlService for SqlService {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let mut handle = handle_of(&query.prepared_statement_handle)?;
-        let (prepared, _admitted) = self.prepare(request.metadata(), &handle.sql).await?;
         // Each run gets its own id, so one can be cancelled without the others.
         handle.id = uuid::Uuid::new_v4().simple().to_string();
+        let schema = self
+            .plan_for_info(request.metadata(), &handle.sql, &handle.id)
+            .await?;
         let ticket = CommandPreparedStatementQuery {
             prepared_statement_handle: handle.encode(),
         };
         Self::info(
-            &prepared.schema(),
+            &schema,
             ticket.as_any().encode_to_vec(),
             request.into_inner(),
         )
