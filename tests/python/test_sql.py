@@ -256,6 +256,15 @@ def test_a_tenant_sees_only_its_own_tables(server):
     with connect(server) as conn, conn.cursor() as cur:
         with pytest.raises(Exception):
             cur.execute("SELECT * FROM shop.secret")
+    # A ticket planned for one tenant, presented by another, is planned again for the other:
+    # the first tenant's table is not found.
+    client = flight.FlightClient(server.flight)
+    mine = flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {server.key}".encode())])
+    theirs = flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {other}".encode())])
+    info = client.get_flight_info(flight.FlightDescriptor.for_command(
+        statement_command("SELECT * FROM shop.orders")), mine)
+    with pytest.raises(Exception, match="not found.*orders"):
+        client.do_get(info.endpoints[0].ticket, theirs).read_all()
     # A read key scoped to one namespace sees only it.
     server.post("/v1/namespace/hidden/create")
     server.create_table("hidden$t", pa.table({"x": [1]}))
