@@ -33,12 +33,12 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<(), String> {
     let service = SqlService::new(app, limits);
+    // Answers are written in several frames: without TCP_NODELAY the last small one waits
+    // for the client's delayed ACK.
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     tonic::transport::Server::builder()
         .add_service(service.into_server())
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener),
-            shutdown,
-        )
+        .serve_with_incoming_shutdown(incoming, shutdown)
         .await
         .map_err(|e| format!("flight sql server: {e}"))
 }
