@@ -32,33 +32,16 @@ pub async fn schemas(caller: &Caller) -> ApiResult<Vec<String>> {
     let mut out = vec![start.clone()];
     let mut queue = std::collections::VecDeque::from([start]);
     while let Some(ns) = queue.pop_front() {
-        let mut token = None;
-        loop {
-            let page = caller
-                .catalog
-                .list_namespaces(ListNamespacesRequest {
-                    id: Some(ns.clone()),
-                    page_token: token,
-                    limit: Some(1000),
-                    ..Default::default()
-                })
-                .await
-                .map_err(ApiError::from)?;
-            for name in page.namespaces {
-                let mut child = ns.clone();
-                child.push(name);
-                if out.len() >= MAX_NAMESPACES {
-                    return Err(ApiError::invalid(format!(
-                        "more than {MAX_NAMESPACES} namespaces: name a schema pattern"
-                    )));
-                }
-                out.push(child.clone());
-                queue.push_back(child);
+        for name in child_namespaces(caller, &ns).await? {
+            let mut child = ns.clone();
+            child.push(name);
+            if out.len() >= MAX_NAMESPACES {
+                return Err(ApiError::invalid(format!(
+                    "more than {MAX_NAMESPACES} namespaces: name a schema pattern"
+                )));
             }
-            token = page.page_token;
-            if token.is_none() {
-                break;
-            }
+            out.push(child.clone());
+            queue.push_back(child);
         }
     }
     let mut names: Vec<String> = out
@@ -68,6 +51,51 @@ pub async fn schemas(caller: &Caller) -> ApiResult<Vec<String>> {
         .collect();
     names.sort();
     Ok(names)
+}
+
+/// Every page of a listing: `page(token)` answers one page's names and the next token.
+async fn all_pages<F, Fut>(mut page: F) -> ApiResult<Vec<String>>
+where
+    F: FnMut(Option<String>) -> Fut,
+    Fut: std::future::Future<Output = lance_core::Result<(Vec<String>, Option<String>)>>,
+{
+    let (mut out, mut token) = (Vec::new(), None);
+    loop {
+        let (names, next) = page(token).await.map_err(ApiError::from)?;
+        out.extend(names);
+        token = next;
+        if token.is_none() {
+            return Ok(out);
+        }
+    }
+}
+
+async fn child_namespaces(caller: &Caller, ns: &[String]) -> ApiResult<Vec<String>> {
+    all_pages(|page_token| async move {
+        let request = ListNamespacesRequest {
+            id: Some(ns.to_vec()),
+            page_token,
+            limit: Some(1000),
+            ..Default::default()
+        };
+        let page = caller.catalog.list_namespaces(request).await?;
+        Ok((page.namespaces, page.page_token))
+    })
+    .await
+}
+
+async fn tables_in(caller: &Caller, ns: &[String]) -> ApiResult<Vec<String>> {
+    all_pages(|page_token| async move {
+        let request = lance_namespace::models::ListTablesRequest {
+            id: Some(ns.to_vec()),
+            page_token,
+            limit: Some(1000),
+            ..Default::default()
+        };
+        let page = caller.catalog.list_tables(request).await?;
+        Ok((page.tables, page.page_token))
+    })
+    .await
 }
 
 /// Every table the caller can name, as (schema, table), sorted.
@@ -92,24 +120,8 @@ pub async fn tables(caller: &Caller) -> ApiResult<Vec<(String, String)>> {
                         .filter(|s| !s.is_empty())
                         .map(str::to_string),
                 );
-                let mut token = None;
-                loop {
-                    let page = caller
-                        .catalog
-                        .list_tables(lance_namespace::models::ListTablesRequest {
-                            id: Some(ns.clone()),
-                            page_token: token,
-                            limit: Some(1000),
-                            ..Default::default()
-                        })
-                        .await
-                        .map_err(ApiError::from)?;
-                    out.extend(page.tables.into_iter().map(|t| (schema.clone(), t)));
-                    token = page.page_token;
-                    if token.is_none() {
-                        break;
-                    }
-                }
+                let tables = tables_in(caller, &ns).await?;
+                out.extend(tables.into_iter().map(|t| (schema.clone(), t)));
             }
         }
     }
