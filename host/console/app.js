@@ -1,10 +1,10 @@
 // The console's shell: sign-in, the section navigation, and a hash router
-// (#/tables, #/table/<ns$...$name>/<tab>, #/jobs, #/server).
+// (#/tables, #/table/<ns$...$name>/<tab>, #/view/<ns$...$name>, #/jobs, #/server).
 
 import * as api from "./api.js";
 import { session } from "./api.js";
 import { h, clear, errorBox, loading } from "./ui.js";
-import { tablesPage } from "./pages/tables.js";
+import { tablesPage, viewPage } from "./pages/tables.js";
 import { tablePage } from "./pages/table.js";
 import { jobsPage } from "./pages/jobs.js";
 import { serverPage } from "./pages/server.js";
@@ -66,7 +66,7 @@ function route() {
   const [section, ...rest] = (location.hash.replace(/^#\/?/, "") || "tables").split("/");
   for (const a of nav.querySelectorAll("a")) {
     a.toggleAttribute("aria-current", false);
-    if (a.dataset.section === section || (section === "table" && a.dataset.section === "tables")) {
+    if (a.dataset.section === section || ((section === "table" || section === "view") && a.dataset.section === "tables")) {
       a.setAttribute("aria-current", "page");
     }
   }
@@ -74,6 +74,7 @@ function route() {
   const pages = {
     tables: () => tablesPage(main, rest),
     table: () => tablePage(main, decodeURIComponent(rest[0] || "").split("$").filter(Boolean), rest[1], rest[2]),
+    view: () => viewPage(main, decodeURIComponent(rest[0] || "").split("$").filter(Boolean)),
     jobs: () => jobsPage(main, rest),
     server: () => serverPage(main),
   };

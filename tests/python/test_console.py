@@ -186,6 +186,14 @@ def test_console_pages_against_a_live_server(server, browser, shots):
         row = page.locator("#tables tbody tr", has_text="items")
         expect(row.locator("td.num")).to_have_text(f"{ROWS}")
         expect(page.locator("#tables tbody tr", has_text="first_ten")).to_contain_text("view")
+        # A saved view shows its query and columns.
+        page.click("#tables >> text=first_ten")
+        expect(page.locator("#view-query")).to_have_text(
+            "SELECT id, text FROM shop.items WHERE id < 10")
+        expect(page.locator("#view-schema")).to_contain_text("text")
+        c.shot("view")
+        page.go_back()
+        expect(page.locator("#tables tbody tr", has_text="items").first).to_be_visible()
         page.fill("#table-search", "nothing-like-this")
         expect(page.locator("#tables tbody")).to_contain_text("No table matches")
         page.fill("#table-search", "ITE")

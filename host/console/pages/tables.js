@@ -3,6 +3,7 @@
 
 import * as api from "../api.js";
 import { h, clear, num, errorBox, loading, badge } from "../ui.js";
+import { typeName } from "./table.js";
 
 const SHOWN = 100;
 
@@ -105,9 +106,10 @@ function renderList(right, ns, rows, alive) {
     for (const r of visible) {
       const id = [...ns, r.name];
       const rowsCell = h("td", { class: "num" }, r.kind === "view" ? "–" : "…");
-      const href = r.kind === "view" ? null : `#/table/${encodeURIComponent(id.join("$"))}/overview`;
+      const path = encodeURIComponent(id.join("$"));
+      const href = r.kind === "view" ? `#/view/${path}` : `#/table/${path}/overview`;
       body.append(h("tr", {},
-        h("td", {}, href ? h("a", { href }, r.name) : r.name),
+        h("td", {}, h("a", { href }, r.name)),
         h("td", {}, badge(r.kind, r.kind === "table" ? "" : "accent")),
         rowsCell));
       if (r.kind !== "view") counts.push([id, rowsCell]);
@@ -136,4 +138,31 @@ async function fillCounts(cells, alive) {
     }
   };
   await Promise.all([worker(), worker(), worker(), worker()]);
+}
+
+/** A saved view: its query, the database its names resolve from, and its columns. */
+export function viewPage(main, id) {
+  let alive = true;
+  (async () => {
+    clear(main, loading());
+    try {
+      const v = await api.call(`/v1/view/${api.pathId(id)}/describe`, {});
+      if (!alive) return;
+      const ns = id.slice(0, -1);
+      clear(main,
+        h("p", { class: "muted" }, h("a", { href: `#/tables/${encodeURIComponent(ns.join("$"))}` }, ns.length ? ns.join(".") : "root"), " /"),
+        h("h1", {}, v.name, " ", badge("view", "accent")),
+        h("p", { class: "muted" }, "Its query runs whenever it is read (REST views API, or SQL over Flight SQL)."),
+        h("h2", {}, "Query"),
+        h("pre", { id: "view-query" }, v.query),
+        h("h2", {}, "Columns"),
+        h("table", { class: "grid", id: "view-schema" },
+          h("thead", {}, h("tr", {}, h("th", {}, "Column"), h("th", {}, "Type"), h("th", {}, "Nullable"))),
+          h("tbody", {}, (v.schema.fields || []).map((f) => h("tr", {},
+            h("td", {}, h("code", {}, f.name)), h("td", {}, typeName(f.type)), h("td", {}, f.nullable ? "yes" : "no"))))));
+    } catch (err) {
+      clear(main, errorBox(err));
+    }
+  })();
+  return () => { alive = false; };
 }
