@@ -152,7 +152,7 @@ export function viewPage(main, id) {
       clear(main,
         h("p", { class: "muted" }, h("a", { href: `#/tables/${encodeURIComponent(ns.join("$"))}` }, ns.length ? ns.join(".") : "root"), " /"),
         h("h1", {}, v.name, " ", badge("view", "accent")),
-        h("p", { class: "muted" }, "Its query runs whenever it is read (REST views API, or SQL over Flight SQL)."),
+        h("p", { class: "muted" }, "A named query: SQL over Flight SQL reads it as a table, running the query each time."),
         h("h2", {}, "Query"),
         h("pre", { id: "view-query" }, v.query),
         h("h2", {}, "Columns"),
