@@ -10,6 +10,53 @@ use tonic::Status;
 /// Handles larger than this are refused before they are parsed.
 const MAX_HANDLE_BYTES: usize = 4 << 20;
 
+/// Parameter data a client may send to bind (one row of values).
+const MAX_PARAMETER_BYTES: usize = 16 << 20;
+
+/// The batches of parameter values a client sends with `DoPut`. The Flight messages are laid
+/// out as the Arrow IPC stream they encode and read by `lancet_ipc`, which checks every length
+/// they declare against the bytes really there (arrow's own Flight decoder would believe a
+/// compressed buffer claiming a petabyte, and the allocation would abort the process).
+pub async fn read_parameters<S>(mut messages: S) -> Result<Vec<arrow_array::RecordBatch>, Status>
+where
+    S: futures::Stream<Item = Result<arrow_flight::FlightData, Status>> + Unpin,
+{
+    use futures::StreamExt;
+    let mut stream = Vec::new();
+    while let Some(message) = messages.next().await {
+        let message = message?;
+        if message.data_header.is_empty() {
+            continue;
+        }
+        encapsulate(&mut stream, &message.data_header, &message.data_body);
+        if stream.len() > MAX_PARAMETER_BYTES {
+            return Err(Status::invalid_argument(format!(
+                "parameters larger than {} MiB",
+                MAX_PARAMETER_BYTES >> 20
+            )));
+        }
+    }
+    if stream.is_empty() {
+        return Ok(Vec::new());
+    }
+    stream.extend_from_slice(&[0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0]);
+    let limits = lancet_ipc::Limits::new(stream.len() as u64 * 8 + (16 << 20));
+    let (_, batches) = lancet_ipc::read(&stream, &limits)
+        .map_err(|e| Status::invalid_argument(format!("parameters: {e}")))?;
+    Ok(batches)
+}
+
+/// One IPC stream message: continuation marker, metadata length (padded to 8 bytes), the
+/// metadata, its padding, the body.
+fn encapsulate(out: &mut Vec<u8>, header: &[u8], body: &[u8]) {
+    let padded = header.len().div_ceil(8) * 8;
+    out.extend_from_slice(&[0xFF, 0xFF, 0xFF, 0xFF]);
+    out.extend_from_slice(&(padded as i32).to_le_bytes());
+    out.extend_from_slice(header);
+    out.resize(out.len() + padded - header.len(), 0);
+    out.extend_from_slice(body);
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Handle {
     pub sql: String,
@@ -89,5 +136,66 @@ impl Handle {
             params: Some(STANDARD.encode(bytes)),
             id: uuid::Uuid::new_v4().simple().to_string(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow_array::{Int64Array, RecordBatch, StringArray};
+    use arrow_flight::FlightData;
+    use arrow_flight::encode::FlightDataEncoderBuilder;
+    use futures::{StreamExt, TryStreamExt};
+
+    use super::*;
+
+    async fn flight_data(batch: RecordBatch) -> Vec<FlightData> {
+        FlightDataEncoderBuilder::new()
+            .build(futures::stream::iter([Ok(batch)]))
+            .try_collect()
+            .await
+            .unwrap()
+    }
+
+    fn batch() -> RecordBatch {
+        RecordBatch::try_from_iter([
+            ("a", Arc::new(Int64Array::from(vec![7])) as _),
+            ("b", Arc::new(StringArray::from(vec!["x"])) as _),
+        ])
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn parameters_read_back_and_bind() {
+        let messages = flight_data(batch()).await;
+        let stream = futures::stream::iter(messages.into_iter().map(Ok));
+        let batches = read_parameters(stream.boxed()).await.unwrap();
+        assert_eq!(batches, vec![batch()]);
+        let bound = Handle::new("SELECT $1, $2".into())
+            .bind(&batches[0])
+            .unwrap();
+        let values = Handle::decode(&bound.encode()).unwrap().values().unwrap();
+        assert_eq!(
+            values,
+            vec![ScalarValue::Int64(Some(7)), ScalarValue::from("x")]
+        );
+    }
+
+    #[tokio::test]
+    async fn lying_parameter_messages_are_refused_not_believed() {
+        let mut messages = flight_data(batch()).await;
+        // The record batch's body is cut short: the lengths its header declares are not there.
+        let last = messages.last_mut().unwrap();
+        last.data_body = last.data_body.slice(..last.data_body.len() / 2);
+        let stream = futures::stream::iter(messages.clone().into_iter().map(Ok));
+        assert!(read_parameters(stream.boxed()).await.is_err());
+        // A header of garbage.
+        messages.last_mut().unwrap().data_header = bytes::Bytes::from_static(&[0xAB; 40]);
+        let stream = futures::stream::iter(messages.into_iter().map(Ok));
+        assert!(read_parameters(stream.boxed()).await.is_err());
+        // Handles of garbage.
+        assert!(Handle::decode(b"{not json").is_err());
+        assert!(Handle::decode(&vec![b' '; MAX_HANDLE_BYTES + 1]).is_err());
     }
 }

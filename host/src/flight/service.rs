@@ -550,12 +550,7 @@ impl FlightSqlService for SqlService {
     ) -> Result<DoPutPreparedStatementResult, Status> {
         let handle = handle_of(&query.prepared_statement_handle)?;
         caller(&self.app, request.metadata()).await?;
-        let stream = request.into_inner().map_err(FlightError::from);
-        let batches: Vec<arrow_array::RecordBatch> =
-            arrow_flight::decode::FlightRecordBatchStream::new_from_flight_data(stream)
-                .try_collect()
-                .await
-                .map_err(|e| Status::invalid_argument(format!("parameters: {e}")))?;
+        let batches = super::handle::read_parameters(request.into_inner()).await?;
         let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
         let bound = match batches.into_iter().find(|b| b.num_rows() > 0) {
             Some(batch) if rows == 1 => handle.bind(&batch)?,
