@@ -93,12 +93,14 @@ export function pathId(parts) {
 export const table = (id, op) => `/v1/table/${pathId(id)}/${op}`;
 export const namespace = (id, op) => `/v1/namespace/${pathId(id)}/${op}`;
 
-/** Every page of a paged list call, joined (names only: cheap even for thousands). */
-export async function all(path, field, body = {}, limit = 1000) {
+/** Every page of a paged GET listing, joined (names only: cheap even for thousands). */
+export async function all(path, field) {
   const out = [];
   let token = null;
   for (;;) {
-    const page = await call(path, { ...body, limit, page_token: token });
+    const q = new URLSearchParams({ limit: "1000" });
+    if (token) q.set("page_token", token);
+    const page = await call(`${path}?${q}`, {}, { method: "GET" });
     out.push(...(page[field] || []));
     token = page.page_token;
     if (!token) return out;

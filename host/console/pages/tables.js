@@ -7,19 +7,6 @@ import { typeName } from "./table.js";
 
 const SHOWN = 100;
 
-async function list(path, field) {
-  const out = [];
-  let token = null;
-  for (;;) {
-    const q = new URLSearchParams({ limit: "1000" });
-    if (token) q.set("page_token", token);
-    const page = await api.call(`${path}?${q}`, {}, { method: "GET" });
-    out.push(...(page[field] || []));
-    token = page.page_token;
-    if (!token) return out;
-  }
-}
-
 export function tablesPage(main, rest) {
   const selected = (rest[0] ? decodeURIComponent(rest[0]) : "").split("$").filter(Boolean);
   const tree = h("nav", { class: "tree panel", "aria-label": "Namespaces" });
@@ -44,7 +31,7 @@ export function tablesPage(main, rest) {
       if (open && !loaded) {
         loaded = true;
         try {
-          const names = await list(api.namespace(id, "list"), "namespaces");
+          const names = await api.all(api.namespace(id, "list"), "namespaces");
           if (!names.length) children.append(h("li", { class: "muted" }, "no namespaces"));
           for (const n of names.sort()) children.append(nodeFor([...id, n]));
         } catch (err) {
@@ -63,9 +50,9 @@ export function tablesPage(main, rest) {
     clear(right, loading());
     try {
       const [tables, views, mviews] = await Promise.all([
-        list(api.namespace(selected, "table/list"), "tables"),
-        list(api.namespace(selected, "view/list"), "views").catch(() => []),
-        list(api.namespace(selected, "materialized_view/list"), "views").catch(() => []),
+        api.all(api.namespace(selected, "table/list"), "tables"),
+        api.all(api.namespace(selected, "view/list"), "views").catch(() => []),
+        api.all(api.namespace(selected, "materialized_view/list"), "views").catch(() => []),
       ]);
       if (!alive) return;
       const mvNames = new Set(mviews.map((v) => (typeof v === "string" ? v : v.name)));

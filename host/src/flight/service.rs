@@ -413,10 +413,6 @@ fn sql_info() -> &'static SqlInfoData {
     })
 }
 
-fn handle_of(bytes: &[u8]) -> Result<Handle, Status> {
-    Handle::decode(bytes)
-}
-
 #[tonic::async_trait]
 impl FlightSqlService for SqlService {
     type FlightService = SqlService;
@@ -496,7 +492,7 @@ impl FlightSqlService for SqlService {
         ticket: TicketStatementQuery,
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        let handle = handle_of(&ticket.statement_handle)?;
+        let handle = Handle::decode(&ticket.statement_handle)?;
         self.run(request.metadata(), handle).await
     }
 
@@ -548,7 +544,7 @@ impl FlightSqlService for SqlService {
         query: CommandPreparedStatementQuery,
         request: Request<PeekableFlightDataStream>,
     ) -> Result<DoPutPreparedStatementResult, Status> {
-        let handle = handle_of(&query.prepared_statement_handle)?;
+        let handle = Handle::decode(&query.prepared_statement_handle)?;
         caller(&self.app, request.metadata()).await?;
         let batches = super::handle::read_parameters(request.into_inner()).await?;
         let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
@@ -571,7 +567,7 @@ impl FlightSqlService for SqlService {
         query: CommandPreparedStatementQuery,
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
-        let mut handle = handle_of(&query.prepared_statement_handle)?;
+        let mut handle = Handle::decode(&query.prepared_statement_handle)?;
         // Each run gets its own id, so one can be cancelled without the others.
         handle.id = uuid::Uuid::new_v4().simple().to_string();
         let schema = self
@@ -592,7 +588,7 @@ impl FlightSqlService for SqlService {
         query: CommandPreparedStatementQuery,
         request: Request<Ticket>,
     ) -> Result<Response<DoGetStream>, Status> {
-        let handle = handle_of(&query.prepared_statement_handle)?;
+        let handle = Handle::decode(&query.prepared_statement_handle)?;
         self.run(request.metadata(), handle).await
     }
 

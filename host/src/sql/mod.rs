@@ -42,17 +42,6 @@ pub struct Limits {
     pub max_bytes: u64,
 }
 
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            memory_bytes: 1 << 30,
-            timeout: Duration::from_secs(300),
-            max_rows: 100_000_000,
-            max_bytes: 16 << 30,
-        }
-    }
-}
-
 /// A planned statement, ready to run (with parameters, if it has any).
 pub struct Prepared {
     ctx: SessionContext,
