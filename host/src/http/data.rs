@@ -59,6 +59,24 @@ pub async fn insert(
         ));
     }
     let rows = body.num_rows();
+    if lsm_table(&app, &location, branch.as_deref(), None, "insert")
+        .await?
+        .is_some()
+    {
+        if overwrite {
+            return Err(lsm_refusal("insert with mode=overwrite"));
+        }
+        // A table with a primary key holds one row per key: an add is an upsert.
+        let hook = app.virtual_columns.insert_hook(target.caller.tenant());
+        let done = app
+            .store
+            .lsm_upsert(&location, body.batches, Some(&*hook))
+            .await?;
+        return Ok(reply(json!({
+            "num_inserted_rows": done.rows, "version": done.version,
+            "transaction_id": tx(&target, &branch, done.version),
+        })));
+    }
     let ds = if is_declared_only(&app, &location, branch.as_deref()).await? {
         app.store
             .create_at(
@@ -116,6 +134,11 @@ pub async fn merge_insert(
         timeout,
         use_index: p.bool("use_index")?,
     };
+    let use_lsm = p.bool("use_lsm")?;
+    if let Some(pk) = lsm_table(&app, &location, branch.as_deref(), use_lsm, "merge_insert").await?
+    {
+        return lsm_merge_insert(&app, &target, &location, body, &opts, &pk).await;
+    }
     if is_declared_only(&app, &location, branch.as_deref()).await? {
         let rows = body.num_rows();
         let ds = app
@@ -149,6 +172,110 @@ pub async fn merge_insert(
         "num_deleted_rows": counts.deleted,
         "version": counts.version,
         "transaction_id": tx(&target, &branch, counts.version),
+    })))
+}
+
+/// The primary key of a table whose writes go through its LSM tiers (it has an LSM write spec
+/// and the request does not say `use_lsm=false`); `None` for a plain write. `use_lsm=true` on a
+/// table without a spec, and a plain write to one with a spec (it would land under rows the
+/// LSM tiers shadow), are refused.
+async fn lsm_table(
+    app: &AppState,
+    location: &str,
+    branch: Option<&str>,
+    use_lsm: Option<bool>,
+    what: &str,
+) -> ApiResult<Option<Vec<String>>> {
+    let ds = match app
+        .store
+        .read(location, &At::new(branch.map(str::to_string), None)?)
+        .await
+    {
+        Ok(ds) => ds,
+        Err(_) if use_lsm != Some(true) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let installed = if branch.is_none() {
+        app.store.lsm_primary_key(&ds).await?
+    } else {
+        None
+    };
+    match (installed, use_lsm) {
+        (None, Some(true)) => Err(ApiError::invalid(format!(
+            "use_lsm: the table{} has no LSM write spec (set one with set_lsm_write_spec)",
+            if branch.is_some() { "'s branch" } else { "" }
+        ))),
+        (None, _) => Ok(None),
+        (Some(_), Some(false)) => Err(lsm_refusal(what)),
+        (Some(pk), _) => Ok(Some(pk)),
+    }
+}
+
+fn lsm_refusal(what: &str) -> ApiError {
+    ApiError::new(
+        ErrorCode::InvalidTableState,
+        format!(
+            "{what}: the table has an LSM write spec, and a write that bypasses its LSM tiers \
+             would land under rows they still hold; write with merge_insert (an upsert on the \
+             primary key) or delete, or run checkpoint_lsm and unset_lsm_write_spec first"
+        ),
+    )
+}
+
+/// An upsert through the table's shard writers: `on` must be its primary key, matched rows
+/// replaced and unmatched ones inserted (lance's MemWAL has no other merge).
+async fn lsm_merge_insert(
+    app: &AppState,
+    target: &Target,
+    location: &str,
+    body: ArrowBody,
+    opts: &MergeOptions,
+    pk: &[String],
+) -> ApiResult<Response> {
+    let mut on = opts.on.clone();
+    on.sort();
+    let mut key = pk.to_vec();
+    key.sort();
+    if on != key {
+        return Err(ApiError::invalid(format!(
+            "an LSM merge_insert matches on the table's primary key ({}), not on {}",
+            pk.join(", "),
+            opts.on.join(", ")
+        )));
+    }
+    let refuse = |field: &str| {
+        Err(ApiError::invalid(format!(
+            "{field}: an LSM merge_insert is an upsert (when_matched_update_all and \
+             when_not_matched_insert_all, nothing else); pass use_lsm=false after \
+             unset_lsm_write_spec for other merges"
+        )))
+    };
+    if !opts.when_matched_update_all || !opts.when_not_matched_insert_all {
+        return refuse("when_matched_update_all / when_not_matched_insert_all");
+    }
+    if opts.when_matched_update_all_filt.is_some() {
+        return refuse("when_matched_update_all_filt");
+    }
+    if opts.when_not_matched_by_source_delete
+        || opts.when_not_matched_by_source_delete_filt.is_some()
+    {
+        return refuse("when_not_matched_by_source_delete");
+    }
+    let hook = app.virtual_columns.insert_hook(target.caller.tenant());
+    let done = app
+        .store
+        .lsm_upsert(location, body.batches, Some(&*hook))
+        .await?;
+    // An LSM upsert reads nothing, so it cannot tell inserts from updates: `num_rows` is what
+    // it wrote. The table's version is unchanged (the rows are in its WAL and memtables).
+    Ok(reply(json!({
+        "num_updated_rows": 0,
+        "num_inserted_rows": 0,
+        "num_deleted_rows": 0,
+        "num_rows": done.rows,
+        "num_attempts": 1,
+        "version": done.version,
+        "transaction_id": tx(target, &None, done.version),
     })))
 }
 
@@ -192,6 +319,12 @@ pub async fn update(
     }
     let location = target.catalog.locate(&target.id).await?;
     let branch = target.branch(&body.common.branch);
+    if lsm_table(&app, &location, branch.as_deref(), None, "update")
+        .await?
+        .is_some()
+    {
+        return Err(lsm_refusal("update"));
+    }
     let (rows, version) = app
         .store
         .update(
@@ -225,6 +358,16 @@ pub async fn delete(
         .ok_or_else(|| ApiError::invalid("delete needs a 'predicate'"))?;
     let location = target.catalog.locate(&target.id).await?;
     let branch = target.branch(&body.common.branch);
+    if lsm_table(&app, &location, branch.as_deref(), None, "delete")
+        .await?
+        .is_some()
+    {
+        // Tombstones for the keys the predicate matches in every tier.
+        let done = app.store.lsm_delete(&location, &predicate).await?;
+        return Ok(reply(
+            json!({ "version": done.version, "num_deleted_rows": done.rows, "transaction_id": tx(&target, &branch, done.version) }),
+        ));
+    }
     let (version, deleted) = app
         .store
         .delete(&location, branch.as_deref(), &predicate)
@@ -256,6 +399,18 @@ pub async fn count_rows(
     let predicate = body.predicate.filter(|p| !p.trim().is_empty());
     if let Some(p) = &predicate {
         crate::sql_guard::check(p, "predicate")?;
+    }
+    // A table with an LSM write spec counts the rows of every tier (at its latest state).
+    if at.branch.is_none() && at.version.is_none() && app.store.lsm_enabled(&ds).await? {
+        let spec = crate::store::QuerySpec {
+            filter: predicate,
+            projection: Some(crate::store::Projection::Names(
+                app.store.lsm_primary_key(&ds).await?.unwrap_or_default(),
+            )),
+            ..Default::default()
+        };
+        let count = app.store.lsm_read(&location, &spec).await?.count().await?;
+        return Ok(Json(count).into_response());
     }
     let count = ds.count_rows(predicate).await.map_err(ApiError::from)?;
     Ok(Json(count as u64).into_response())

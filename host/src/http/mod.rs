@@ -18,6 +18,7 @@ pub use pipeline::extract::Target;
 mod indexes;
 mod jobs;
 mod json_rows;
+mod lsm;
 mod metadata;
 mod multipart;
 mod namespaces;
@@ -285,8 +286,25 @@ fn build() -> Routes {
         WHEN_NOT_MATCHED_BY_SOURCE_DELETE_FILT,
         TIMEOUT,
         USE_INDEX,
+        USE_LSM,
         BRANCH,
     ])
+    // Tables: LSM writes (lance's MemWAL)
+    .post("/v1/table/{id}/set_lsm_write_spec", Write, lsm::set_spec)
+    .post(
+        "/v1/table/{id}/unset_lsm_write_spec",
+        Write,
+        lsm::unset_spec,
+    )
+    .post("/v1/table/{id}/get_lsm_write_spec", Read, lsm::get_spec)
+    .post("/v1/table/{id}/flush_lsm", Write, lsm::flush)
+    .post("/v1/table/{id}/compact_lsm", Write, lsm::compact)
+    .post("/v1/table/{id}/get_lsm_stats", Read, lsm::stats)
+    .post(
+        "/v1/table/{id}/close_lsm_writers",
+        Write,
+        lsm::close_writers,
+    )
     .post("/v1/table/{id}/update", Write, data::update)
     .params(&[BRANCH])
     .post("/v1/table/{id}/delete", Write, data::delete)

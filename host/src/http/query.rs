@@ -47,6 +47,45 @@ async fn dataset_for(
     app.store.read(&location, &at).await
 }
 
+/// The table's location when this query reads its LSM tiers: it has an LSM write spec, the
+/// query reads the latest main state, and does not say `use_lsm: false`. A `use_lsm: true`
+/// the table cannot honour is a 400 naming why.
+async fn lsm_location(
+    app: &AppState,
+    target: &Target,
+    body: &Value,
+    spec: &crate::store::QuerySpec,
+    ds: &lance::Dataset,
+) -> ApiResult<Option<String>> {
+    if spec.use_lsm == Some(false) {
+        return Ok(None);
+    }
+    let enabled = app.store.lsm_enabled(ds).await?;
+    let pinned = body.get("version").is_some_and(|v| !v.is_null())
+        || target.params.int("version")?.is_some();
+    let branched = body
+        .get("branch")
+        .and_then(Value::as_str)
+        .or(target.params.get("branch"))
+        .is_some_and(|b| !b.is_empty() && b != "main");
+    match (enabled, spec.use_lsm) {
+        (false, Some(true)) => Err(ApiError::invalid(
+            "use_lsm: the table has no LSM write spec (set one with set_lsm_write_spec)",
+        )),
+        (false, _) => Ok(None),
+        (true, Some(true)) if pinned => Err(ApiError::invalid(
+            "use_lsm: the MemWAL LSM scanner cannot read from a time-traveled dataset version; \
+             set use_lsm(false) to read the base table at this version",
+        )),
+        (true, Some(true)) if branched => Err(ApiError::invalid(
+            "use_lsm: a branch has no LSM tiers; set use_lsm(false) to read the branch",
+        )),
+        // A pinned version or a branch is a state of the base table: read as asked.
+        (true, _) if pinned || branched => Ok(None),
+        (true, _) => Ok(Some(target.catalog.locate(&target.id).await?)),
+    }
+}
+
 pub async fn query(
     State(app): State<AppState>,
     target: Target,
@@ -55,7 +94,13 @@ pub async fn query(
 ) -> ApiResult<Response> {
     let spec = query_body::parse(&body)?;
     let ds = dataset_for(&app, &target, &body).await?;
-    let mut stream = spec.stream(&ds, &app.store.vectors).await?;
+    let mut stream = match lsm_location(&app, &target, &body, &spec, &ds).await? {
+        Some(location) => {
+            let read = app.store.lsm_read(&location, &spec).await?;
+            crate::store::QueryStream::Lsm(read.stream().await?)
+        }
+        None => spec.stream(&ds, &app.store.vectors).await?,
+    };
     let schema = stream.schema();
     if super::json_rows::wants_json(&headers) {
         return json_answer(stream, &schema).await;

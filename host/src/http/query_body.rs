@@ -290,6 +290,9 @@ pub struct QueryFields {
     columns: Option<ColumnsField>,
     with_row_id: Option<bool>,
     fast_search: Option<bool>,
+    /// Read the LSM tiers (memtables, flushed generations) of a table with an LSM write
+    /// spec: the default for such a table; `false` reads its base table only.
+    use_lsm: Option<bool>,
 }
 
 /// `vector`: the spec's object (one of the two), or a bare array (lancedb).
@@ -361,13 +364,6 @@ pub fn parse(body: &Value) -> ApiResult<QuerySpec> {
     if !body.is_object() {
         return Err(ApiError::invalid("the query body must be a JSON object"));
     }
-    // The lancedb client's "read through the LSM write path": Lancet has none (every write
-    // is a commit to the table), so `false` is what every query does and `true` is refused.
-    if boolean(body, "use_lsm")? == Some(true) {
-        return Err(ApiError::invalid(
-            "use_lsm: Lancet has no LSM write path; every write is already in the table",
-        ));
-    }
     let vector = match field(body, "vector") {
         Some(v) => parse_vector(v)?,
         None => None,
@@ -425,6 +421,7 @@ pub fn parse(body: &Value) -> ApiResult<QuerySpec> {
             .flatten(),
         with_row_id: boolean(body, "with_row_id")?.unwrap_or(false),
         fast_search: boolean(body, "fast_search")?.unwrap_or(false),
+        use_lsm: boolean(body, "use_lsm")?,
     })
 }
 
@@ -461,8 +458,11 @@ mod tests {
         assert_eq!(parse(&json!({"k": 7, "limit": 7})).unwrap().k, Some(7));
         assert!(parse(&json!({"k": 7, "limit": 8})).is_err());
         assert!(parse(&json!({"limit": -1})).is_err());
-        assert!(parse(&json!({"use_lsm": true})).is_err());
-        assert!(parse(&json!({"use_lsm": false})).is_ok());
+        assert_eq!(
+            parse(&json!({"use_lsm": true})).unwrap().use_lsm,
+            Some(true)
+        );
+        assert!(parse(&json!({"use_lsm": 1})).is_err());
         assert!(parse(&json!({"vector": [1.0], "distance_type": "manhattan"})).is_err());
         assert!(parse(&json!({"full_text_query": {"string_query": {"query": "a"}, "structured_query": {"query": {"match": {"terms": "a"}}}}})).is_err());
     }

@@ -14,6 +14,7 @@ mod columns;
 mod flat_search;
 mod history;
 mod indexes;
+pub mod lsm;
 mod prewarm;
 mod query;
 mod staged;
@@ -55,6 +56,8 @@ pub struct Store {
     pub vectors: VectorCache,
     /// `--storage-option`s, for every dataset opened or written.
     storage_options: HashMap<String, String>,
+    /// Shard writers of LSM tables held by this process.
+    pub lsm: lsm::Writers,
 }
 
 struct Cached {
@@ -110,6 +113,7 @@ impl Store {
             write_locks: Mutex::default(),
             vectors: VectorCache::new(vector_cache_bytes),
             storage_options,
+            lsm: lsm::Writers::default(),
         }
     }
 

@@ -51,6 +51,9 @@ pub struct QuerySpec {
     pub projection: Option<Projection>,
     pub with_row_id: bool,
     pub fast_search: bool,
+    /// lancedb's `use_lsm`: read the LSM tiers of a table with an LSM write spec (`None`:
+    /// yes when it has one), or its base table only (`false`).
+    pub use_lsm: Option<bool>,
 }
 
 impl QuerySpec {
@@ -152,10 +155,12 @@ impl QuerySpec {
     }
 }
 
-/// Batches of a query's answer: lance's stream, or an answer computed whole.
+/// Batches of a query's answer: lance's stream, an answer computed whole, or lance's LSM
+/// scanner's stream (an LSM table's tiers).
 pub enum QueryStream {
     Lance(DatasetRecordBatchStream),
     Ready(SchemaRef, Option<RecordBatch>),
+    Lsm(datafusion_physical_plan::SendableRecordBatchStream),
 }
 
 impl QueryStream {
@@ -163,6 +168,7 @@ impl QueryStream {
         match self {
             Self::Lance(s) => s.schema(),
             Self::Ready(schema, _) => schema.clone(),
+            Self::Lsm(s) => s.schema(),
         }
     }
 }
@@ -174,6 +180,9 @@ impl Stream for QueryStream {
         match self.get_mut() {
             Self::Lance(s) => s.poll_next_unpin(cx),
             Self::Ready(_, batch) => Poll::Ready(batch.take().map(Ok)),
+            Self::Lsm(s) => s
+                .poll_next_unpin(cx)
+                .map(|item| item.map(|r| r.map_err(lance_core::Error::from))),
         }
     }
 }
@@ -224,6 +233,11 @@ fn query_array(v: &VectorQuery) -> ApiResult<ArrayRef> {
 
 /// With no `vector_column`, the table's only vector column (as lance and lancedb do).
 fn default_vector_column(ds: &Dataset) -> ApiResult<String> {
+    default_vector_column_of(&arrow_schema::Schema::from(ds.schema()))
+}
+
+/// The only vector column of `schema`.
+pub fn default_vector_column_of(schema: &arrow_schema::Schema) -> ApiResult<String> {
     let vector_like = |dt: &DataType| match dt {
         DataType::FixedSizeList(f, _) => {
             f.data_type().is_floating() || matches!(f.data_type(), DataType::UInt8 | DataType::Int8)
@@ -231,7 +245,6 @@ fn default_vector_column(ds: &Dataset) -> ApiResult<String> {
         DataType::List(f) => matches!(f.data_type(), DataType::FixedSizeList(_, _)),
         _ => false,
     };
-    let schema = arrow_schema::Schema::from(ds.schema());
     let candidates: Vec<&str> = schema
         .fields()
         .iter()

@@ -34,6 +34,10 @@ pub struct TableHealth {
     /// Fragments whose deleted share is above the threshold asked for.
     pub fragments_with_many_deletions: usize,
     pub indexes: Vec<IndexHealth>,
+    /// LSM tables: flushed generations not merged into the base table yet.
+    pub lsm_generations: usize,
+    /// LSM tables: rows in this node's memtables.
+    pub lsm_memtable_rows: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -196,6 +200,17 @@ impl Store {
                 base_rows: base,
                 delta_rows: per_segment.iter().sum::<u64>().saturating_sub(base),
             });
+        }
+        if branch.is_none()
+            && let Some(installed) = self.lsm_installed(&ds).await?
+        {
+            h.lsm_generations = self
+                .lsm_pending(&ds, &installed)
+                .await?
+                .iter()
+                .map(|(_, g)| g.len())
+                .sum();
+            h.lsm_memtable_rows = self.lsm_memtable_rows(location).await;
         }
         Ok(h)
     }

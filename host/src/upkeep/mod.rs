@@ -164,7 +164,9 @@ async fn check_table(app: &Arc<App>, key: &Key) -> crate::error::ApiResult<()> {
             None => first_seen.elapsed() >= policy.cleanup_interval,
             Some(at) => at.elapsed() >= policy.cleanup_interval && at < changed_at + retention,
         };
-        if settled_at == Some(health.version) && !cleanup_due {
+        // An LSM write makes no version: what waits in its tiers is due work of its own.
+        let lsm_due = health.lsm_generations > 0 || health.lsm_memtable_rows > 0;
+        if settled_at == Some(health.version) && !cleanup_due && !lsm_due {
             continue;
         }
         let quiet = last_write.elapsed() >= policy.quiet_after;

@@ -138,6 +138,12 @@ impl UpkeepPolicy {
         if cleanup_due {
             phases.push(Phase::Cleanup);
         }
+        // LSM tables: flushed generations are merged into the base table first (the index and
+        // compaction phases then see the merged rows); a quiet table's memtables are flushed
+        // and merged too, so rows do not sit in memory and the WAL once writes stop.
+        if h.lsm_generations > 0 || (quiet && h.lsm_memtable_rows > 0) {
+            phases.insert(0, Phase::CompactLsm);
+        }
         phases
     }
 }
@@ -200,12 +206,26 @@ mod tests {
             indexes: vec![index(5, 1)],
             ..Default::default()
         };
-        assert_eq!(p.decide(&deletions, true, false), Phase::ALL.to_vec());
+        assert_eq!(p.decide(&deletions, true, false), Phase::ALL[1..].to_vec());
         assert_eq!(
-            Phase::ALL[0],
+            Phase::ALL[1],
             Phase::Index,
             "indexes are caught up before compaction"
         );
+        let lsm = TableHealth {
+            lsm_generations: 2,
+            ..Default::default()
+        };
+        assert_eq!(p.decide(&lsm, false, false), vec![Phase::CompactLsm]);
+        let resting = TableHealth {
+            lsm_memtable_rows: 5,
+            ..Default::default()
+        };
+        assert!(
+            p.decide(&resting, false, false).is_empty(),
+            "memtables of a busy table stay"
+        );
+        assert_eq!(p.decide(&resting, false, true), vec![Phase::CompactLsm]);
         let unindexed = TableHealth {
             indexes: vec![index(100, 1)],
             ..Default::default()

@@ -129,6 +129,12 @@ pub const USE_INDEX: Param = Param::new(
     Kind::Flag,
     "Whether the join may use a scalar index on the key.",
 );
+pub const USE_LSM: Param = Param::new(
+    "use_lsm",
+    Kind::Flag,
+    "A table with an LSM write spec: write through its shard writers (the default), or refuse \
+     (false: a plain merge would land under rows its LSM tiers hold).",
+);
 pub const TABLE_ID: Param = Param::new(
     "table_id",
     Kind::Text,

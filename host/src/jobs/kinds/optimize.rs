@@ -28,16 +28,25 @@ pub const OPTIMIZE: &str = "optimize";
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
+    /// LSM tables: merge flushed generations into the base table (a quiet table's memtables
+    /// are flushed first).
+    CompactLsm,
     Index,
     Compact,
     Cleanup,
 }
 
 impl Phase {
-    pub const ALL: [Phase; 3] = [Phase::Index, Phase::Compact, Phase::Cleanup];
+    pub const ALL: [Phase; 4] = [
+        Phase::CompactLsm,
+        Phase::Index,
+        Phase::Compact,
+        Phase::Cleanup,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
+            Phase::CompactLsm => "compact_lsm",
             Phase::Compact => "compact",
             Phase::Index => "index",
             Phase::Cleanup => "cleanup",
@@ -116,7 +125,7 @@ impl OptimizeRequest {
         };
         if names.is_empty() {
             return Err(ApiError::invalid(
-                "action must name at least one of all, compact, index, cleanup",
+                "action must name at least one of all, compact_lsm, compact, index, cleanup",
             ));
         }
         let mut phases = Vec::new();
@@ -124,11 +133,12 @@ impl OptimizeRequest {
             match n.to_ascii_lowercase().as_str() {
                 "all" => phases.extend(Phase::ALL),
                 "compact" => phases.push(Phase::Compact),
+                "compact_lsm" => phases.push(Phase::CompactLsm),
                 "index" => phases.push(Phase::Index),
                 "cleanup" => phases.push(Phase::Cleanup),
                 other => {
                     return Err(ApiError::invalid(format!(
-                        "unknown action '{other}': use all, compact, index or cleanup"
+                        "unknown action '{other}': use all, compact_lsm, compact, index or cleanup"
                     )));
                 }
             }
@@ -284,15 +294,25 @@ fn prune_policy_jobs(jobs: &JobManager, location: &str, branch: Option<&str>) {
 /// Whether an upkeep job of this node is running the index phase on a table
 /// (index/list's `status`).
 pub fn indexing(jobs: &JobManager, location: &str, branch: Option<&str>) -> bool {
+    running_phase(jobs, location, branch, Phase::Index)
+}
+
+/// Whether an upkeep job of this node is (or is about to be) merging a table's LSM generations
+/// (get_lsm_stats' `compacting`).
+pub fn compacting_lsm(jobs: &JobManager, location: &str) -> bool {
+    running_phase(jobs, location, None, Phase::CompactLsm)
+}
+
+fn running_phase(jobs: &JobManager, location: &str, branch: Option<&str>, phase: Phase) -> bool {
     jobs.jobs_here().iter().any(|r| {
         r.state == JobState::InProgress
             && r.job_type == OPTIMIZE
             && r.location == location
             && r.spec.branch() == branch
-            && !r.steps.contains_key(Phase::Index.name())
+            && !r.steps.contains_key(phase.name())
             && r.spec
                 .typed::<OptimizeSpec>()
-                .is_ok_and(|s| s.actions.contains(&Phase::Index))
+                .is_ok_and(|s| s.actions.contains(&phase))
     })
 }
 
@@ -356,6 +376,18 @@ async fn run_phase(
     let t = &spec.thresholds;
     let started = std::time::Instant::now();
     let mut out = match phase {
+        Phase::CompactLsm if branch.is_some() => json!({ "skipped": "a branch has no LSM tier" }),
+        Phase::CompactLsm => {
+            // A quiet table's memtables are flushed by the policy's job (never by a writer's
+            // request): then everything it holds is merged.
+            let flushed = if spec.trigger == "policy" && spec.merge_segments {
+                app.store.lsm_flush_held(location).await?
+            } else {
+                0
+            };
+            let report = app.store.lsm_compact(location).await?;
+            json!({ "memtables_flushed": flushed, "report": report })
+        }
         Phase::Compact => {
             let report = app
                 .store

@@ -1,0 +1,369 @@
+//! Streaming writes on lance's MemWAL (`lance::dataset::mem_wal`), behind the lancedb LSM
+//! calls. A table gets lance's MemWAL index from `set_lsm_write_spec`; from then on its
+//! upserts go to lance shard writers (a write-ahead log on the table's store plus an in-memory
+//! memtable per shard) instead of being commits, queries read the base table, the flushed
+//! generations and the memtables through lance's `LsmScanner`, and upkeep merges flushed
+//! generations into the base table (`compact`). Nothing here is an LSM of our own: routing
+//! rows to shards, holding one writer per shard, and driving the merge are what lance leaves
+//! to its embedder.
+//!
+//! A shard's writer lives in the process that last claimed the shard's epoch (lance's fencing:
+//! a claim replays the shard's WAL and fences the previous holder out). A write or read on a
+//! node that does not hold a shard claims it; a holder that finds itself fenced reopens
+//! (claiming back) and retries once, so an acknowledged write is never lost to a takeover.
+
+mod compact;
+mod read;
+mod spec;
+mod stats;
+mod write;
+
+pub use compact::CompactReport;
+pub use read::LsmRead;
+pub use spec::{LsmWriteSpec, Sharding};
+pub use stats::LsmStats;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use lance::Dataset;
+use lance::dataset::mem_wal::scanner::{DatasetCache, SsTableCache};
+use lance::dataset::mem_wal::{
+    DatasetMemWalExt, ShardManifestStore, ShardWriter, ShardWriterConfig,
+};
+use lance::index::DatasetIndexExt;
+use lance_index::mem_wal::{MEM_WAL_INDEX_NAME, MemWalIndexDetails};
+use uuid::Uuid;
+
+use super::Store;
+use crate::error::{ApiError, ApiResult};
+
+/// Key of `writer_config_defaults` under which a spec records the seed its shard ids are
+/// derived from (so a spec set again after an unset starts on fresh shards). Never shown.
+const SHARD_SEED_KEY: &str = "lancet.shard_seed";
+
+/// Shard writers held by this process, by (table location, shard id).
+pub struct Writers {
+    open: Mutex<HashMap<(String, Uuid), Arc<tokio::sync::OnceCell<Arc<ShardWriter>>>>>,
+    /// Opened generation datasets, so a query does not read their manifests again.
+    sstables: Arc<dyn DatasetCache>,
+    /// The WAL group-commit window of writers this server opens (`--lsm-wal-flush-interval`),
+    /// unless the table's spec records its own.
+    wal_flush_interval: Mutex<Option<Duration>>,
+}
+
+impl Default for Writers {
+    fn default() -> Self {
+        Self {
+            open: Mutex::default(),
+            sstables: Arc::new(SsTableCache::new(1024)),
+            wal_flush_interval: Mutex::default(),
+        }
+    }
+}
+
+impl Writers {
+    pub fn set_wal_flush_interval(&self, interval: Duration) {
+        *self.wal_flush_interval.lock().unwrap() = Some(interval);
+    }
+
+    fn wal_flush_interval(&self) -> Duration {
+        self.wal_flush_interval
+            .lock()
+            .unwrap()
+            .unwrap_or(Duration::from_millis(2))
+    }
+
+    /// The writers this process holds for `location`.
+    fn held(&self, location: &str) -> Vec<Arc<ShardWriter>> {
+        self.open
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|((l, _), _)| l == location)
+            .filter_map(|(_, cell)| cell.get().cloned())
+            .collect()
+    }
+
+    fn holds(&self, location: &str, shard: Uuid) -> Option<Arc<ShardWriter>> {
+        self.open
+            .lock()
+            .unwrap()
+            .get(&(location.to_string(), shard))
+            .and_then(|cell| cell.get().cloned())
+    }
+
+    /// Forget a writer (fenced out, poisoned or closed); the next use opens a new one.
+    fn drop_writer(&self, location: &str, shard: Uuid, writer: &Arc<ShardWriter>) {
+        let mut open = self.open.lock().unwrap();
+        let key = (location.to_string(), shard);
+        if open
+            .get(&key)
+            .and_then(|c| c.get())
+            .is_some_and(|w| Arc::ptr_eq(w, writer))
+        {
+            open.remove(&key);
+        }
+    }
+
+    /// Take every writer of `location` out of the registry (to close them).
+    fn take_all(&self, location: &str) -> Vec<Arc<ShardWriter>> {
+        let mut open = self.open.lock().unwrap();
+        let keys: Vec<_> = open
+            .keys()
+            .filter(|(l, _)| l == location)
+            .cloned()
+            .collect();
+        keys.into_iter()
+            .filter_map(|k| open.remove(&k).and_then(|c| c.get().cloned()))
+            .collect()
+    }
+}
+
+/// What a table's MemWAL index says, read from one dataset version.
+#[derive(Clone, Debug)]
+pub(crate) struct Installed {
+    pub details: MemWalIndexDetails,
+    pub pk: Vec<String>,
+}
+
+impl Installed {
+    fn seed(&self) -> &str {
+        self.details
+            .writer_config_defaults
+            .get(SHARD_SEED_KEY)
+            .map(String::as_str)
+            .unwrap_or("")
+    }
+
+    /// The generation of `shard` the base table already holds (0: none).
+    fn compacted(&self, shard: Uuid) -> u64 {
+        self.details
+            .compacted_sstables
+            .iter()
+            .filter(|c| c.shard_id == shard)
+            .map(|c| c.generation)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+impl Store {
+    /// The table's MemWAL index, if it has one (`None`: not an LSM table).
+    pub(crate) async fn lsm_installed(&self, ds: &Dataset) -> ApiResult<Option<Installed>> {
+        // Most tables have no index at all: answer from the manifest without a lookup.
+        if ds.manifest.index_section.is_none() {
+            return Ok(None);
+        }
+        let has = ds
+            .load_indices()
+            .await
+            .map_err(ApiError::from)?
+            .iter()
+            .any(|i| i.name == MEM_WAL_INDEX_NAME);
+        if !has {
+            return Ok(None);
+        }
+        let Some(details) = ds.mem_wal_index_details().await.map_err(ApiError::from)? else {
+            return Ok(None);
+        };
+        let pk = ds
+            .schema()
+            .unenforced_primary_key()
+            .iter()
+            .map(|f| f.name.clone())
+            .collect();
+        Ok(Some(Installed { details, pk }))
+    }
+
+    /// The primary key of a table with an LSM write spec (`None`: the table has none).
+    pub async fn lsm_primary_key(&self, ds: &Dataset) -> ApiResult<Option<Vec<String>>> {
+        Ok(self.lsm_installed(ds).await?.map(|i| i.pk))
+    }
+
+    /// Whether the latest main-branch state of `location` has an LSM write spec.
+    pub async fn lsm_enabled(&self, ds: &Dataset) -> ApiResult<bool> {
+        Ok(self.lsm_installed(ds).await?.is_some())
+    }
+
+    /// This process's writer for `shard` of the table `ds` is the latest state of, opened (and
+    /// the shard claimed) when it holds none.
+    async fn shard_writer(
+        &self,
+        location: &str,
+        ds: &Dataset,
+        installed: &Installed,
+        shard: Uuid,
+        field_values: Option<HashMap<String, Vec<u8>>>,
+    ) -> ApiResult<Arc<ShardWriter>> {
+        let cell = self
+            .lsm
+            .open
+            .lock()
+            .unwrap()
+            .entry((location.to_string(), shard))
+            .or_default()
+            .clone();
+        let writer = cell
+            .get_or_try_init(|| async {
+                if let Some(values) = field_values {
+                    // Record which shard value this shard holds (shown by get_lsm_stats);
+                    // idempotent, and a no-op once the shard has a manifest.
+                    let spec_id = installed
+                        .details
+                        .sharding_specs
+                        .first()
+                        .map_or(0, |s| s.spec_id);
+                    let store = ds.object_store(None).await.map_err(ApiError::from)?;
+                    let manifests =
+                        ShardManifestStore::new(store, &ds.branch_location().path, shard, 2);
+                    if manifests.latest().await.map_err(ApiError::from)?.is_none() {
+                        manifests
+                            .initialize_shard(spec_id, values)
+                            .await
+                            .map_err(ApiError::from)?;
+                    }
+                }
+                let config = self.writer_config(installed)?;
+                let writer = ds
+                    .mem_wal_writer(shard, config)
+                    .await
+                    .map_err(ApiError::from)?;
+                Ok::<_, ApiError>(Arc::new(writer))
+            })
+            .await;
+        match writer {
+            Ok(w) => Ok(w.clone()),
+            Err(e) => {
+                // Not opened: let the next call try again.
+                let mut open = self.lsm.open.lock().unwrap();
+                let key = (location.to_string(), shard);
+                if open.get(&key).is_some_and(|c| c.get().is_none()) {
+                    open.remove(&key);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The writer settings of a table's spec, over this server's defaults: durable writes
+    /// (an upsert is answered once its WAL entry is stored) with a short group-commit window.
+    fn writer_config(&self, installed: &Installed) -> ApiResult<ShardWriterConfig> {
+        let mut config = ShardWriterConfig {
+            durable_write: true,
+            max_wal_flush_interval: Some(self.lsm.wal_flush_interval()),
+            stats_log_interval: None,
+            ..Default::default()
+        };
+        spec::apply_writer_defaults(&mut config, &installed.details.writer_config_defaults)?;
+        Ok(config)
+    }
+
+    /// Claim every shard of the table (opening writers this process does not hold), and drop
+    /// held writers another node has fenced out, so what they hold is read from the WAL again.
+    async fn claim_all(
+        &self,
+        location: &str,
+        ds: &Dataset,
+        installed: &Installed,
+    ) -> ApiResult<Vec<Arc<ShardWriter>>> {
+        let shards = ds
+            .list_mem_wal_latest_shard_ids()
+            .await
+            .map_err(ApiError::from)?;
+        let mut writers = Vec::with_capacity(shards.len());
+        for shard in shards {
+            let writer = match self.lsm.holds(location, shard) {
+                Some(w) if w.check_fenced().await.is_ok() => w,
+                Some(w) => {
+                    self.lsm.drop_writer(location, shard, &w);
+                    self.shard_writer(location, ds, installed, shard, None)
+                        .await?
+                }
+                None => {
+                    self.shard_writer(location, ds, installed, shard, None)
+                        .await?
+                }
+            };
+            writers.push(writer);
+        }
+        Ok(writers)
+    }
+
+    /// Close this process's writers of `location`: their memtables are flushed to generations
+    /// first. Another node (or this one) claims the shards again on their next use.
+    pub async fn lsm_close_writers(&self, location: &str) -> ApiResult<usize> {
+        let writers = self.lsm.take_all(location);
+        let n = writers.len();
+        for writer in writers {
+            // Another holder of the Arc (a request still running) keeps it alive; it is
+            // closed once that finishes.
+            match Arc::try_unwrap(writer) {
+                Ok(w) => w.close().await.map_err(ApiError::from)?,
+                Err(shared) => {
+                    shared
+                        .force_freeze_active()
+                        .await
+                        .map_err(ApiError::from)?
+                        .wait()
+                        .await
+                        .map_err(ApiError::from)?;
+                }
+            }
+        }
+        Ok(n)
+    }
+
+    /// Rows in this process's memtables of `location`.
+    pub async fn lsm_memtable_rows(&self, location: &str) -> u64 {
+        let mut rows = 0;
+        for w in self.lsm.held(location) {
+            if let Ok(refs) = w.in_memory_memtable_refs().await {
+                rows += std::iter::once(&refs.active)
+                    .chain(refs.frozen.iter())
+                    .map(|m| m.batch_store.total_rows() as u64)
+                    .sum::<u64>();
+            }
+        }
+        rows
+    }
+
+    /// Seal this process's memtables of `location` that hold rows, and wait for the flushes.
+    pub async fn lsm_flush_held(&self, location: &str) -> ApiResult<usize> {
+        let mut frozen = 0;
+        for writer in self.lsm.held(location) {
+            let fence = writer.force_freeze_active().await.map_err(ApiError::from)?;
+            frozen += usize::from(fence.frozen_generation().is_some());
+            fence.wait().await.map_err(ApiError::from)?;
+        }
+        Ok(frozen)
+    }
+
+    /// Seal every shard's memtable into a flushed generation and wait for the flushes
+    /// (`flush_lsm`); claims the shards this process does not hold first.
+    pub async fn lsm_flush(&self, location: &str) -> ApiResult<usize> {
+        let ds = self.latest(location, None).await?;
+        let installed = require(self.lsm_installed(&ds).await?)?;
+        let writers = self.claim_all(location, &ds, &installed).await?;
+        let mut frozen = 0;
+        for writer in &writers {
+            let fence = writer.force_freeze_active().await.map_err(ApiError::from)?;
+            frozen += usize::from(fence.frozen_generation().is_some());
+            fence.wait().await.map_err(ApiError::from)?;
+        }
+        Ok(frozen)
+    }
+}
+
+fn require(installed: Option<Installed>) -> ApiResult<Installed> {
+    installed.ok_or_else(|| {
+        ApiError::invalid("the table has no LSM write spec: set one with set_lsm_write_spec first")
+    })
+}
+
+/// A lance error from a shard writer that means "this writer no longer owns its shard" (a
+/// peer claimed it, or its own WAL write failed): reopen and retry.
+fn lost_ownership(e: &lance_core::Error) -> bool {
+    e.fence_reason().is_some()
+}
