@@ -12,7 +12,7 @@ use lance::Dataset;
 use lance::dataset::CommitBuilder;
 use lance::dataset::builder::DatasetBuilder;
 use lance::dataset::mem_wal::{
-    DatasetMemWalExt, ShardManifestStore, TOMBSTONE, arrow_schema_with_field_ids, reconcile_batches,
+    ShardManifestStore, TOMBSTONE, arrow_schema_with_field_ids, reconcile_batches,
 };
 use lance::dataset::transaction::{Operation, Transaction};
 use lance::dataset::write::merge_insert::{MergeInsertBuilder, WhenMatched, WhenNotMatched};
@@ -62,11 +62,7 @@ impl Store {
         let store = ds.object_store(None).await.map_err(ApiError::from)?;
         let base = ds.branch_location().path;
         let mut out = Vec::new();
-        for shard in ds
-            .list_mem_wal_latest_shard_ids()
-            .await
-            .map_err(ApiError::from)?
-        {
+        for shard in self.lsm_shards(&ds, &installed).await? {
             let manifests = ShardManifestStore::new(store.clone(), &base, shard, 2);
             let Some(manifest) = manifests.latest().await.map_err(ApiError::from)? else {
                 continue;

@@ -48,6 +48,8 @@ pub struct Writers {
     open: Mutex<HashMap<(String, Uuid), Arc<tokio::sync::OnceCell<Arc<ShardWriter>>>>>,
     /// Opened generation datasets, so a query does not read their manifests again.
     sstables: Arc<dyn DatasetCache>,
+    /// Identity-sharded shards known to belong to a spec: (seed, shard).
+    ours: Mutex<std::collections::HashSet<(String, Uuid)>>,
     /// The WAL group-commit window of writers this server opens (`--lsm-wal-flush-interval`),
     /// unless the table's spec records its own.
     wal_flush_interval: Mutex<Option<Duration>>,
@@ -58,6 +60,7 @@ impl Default for Writers {
         Self {
             open: Mutex::default(),
             sstables: Arc::new(SsTableCache::new(1024)),
+            ours: Mutex::default(),
             wal_flush_interval: Mutex::default(),
         }
     }
@@ -268,10 +271,7 @@ impl Store {
         ds: &Dataset,
         installed: &Installed,
     ) -> ApiResult<Vec<Arc<ShardWriter>>> {
-        let shards = ds
-            .list_mem_wal_latest_shard_ids()
-            .await
-            .map_err(ApiError::from)?;
+        let shards = self.lsm_shards(ds, installed).await?;
         let mut writers = Vec::with_capacity(shards.len());
         for shard in shards {
             let writer = match self.lsm.holds(location, shard) {
@@ -289,6 +289,69 @@ impl Store {
             writers.push(writer);
         }
         Ok(writers)
+    }
+
+    /// The shards of the table's current spec that have been written. A spec set again
+    /// after an unset (or on a table overwritten under the same name) has a new seed, so
+    /// shards an earlier spec left behind are not read as this one's.
+    pub(crate) async fn lsm_shards(
+        &self,
+        ds: &Dataset,
+        installed: &Installed,
+    ) -> ApiResult<Vec<Uuid>> {
+        let listed = ds
+            .list_mem_wal_latest_shard_ids()
+            .await
+            .map_err(ApiError::from)?;
+        let Some(spec) = installed.details.sharding_specs.first() else {
+            return Ok(Vec::new());
+        };
+        let expected: Option<std::collections::HashSet<Uuid>> =
+            match spec.fields.first().and_then(|f| f.transform.as_deref()) {
+                Some("bucket") => Some(
+                    (0..installed.details.num_shards.max(1) as i32)
+                        .map(|b| write::shard_id(installed.seed(), spec.spec_id, &b.to_le_bytes()))
+                        .collect(),
+                ),
+                Some("unsharded") => Some(
+                    [write::shard_id(
+                        installed.seed(),
+                        spec.spec_id,
+                        &0i32.to_le_bytes(),
+                    )]
+                    .into(),
+                ),
+                _ => None,
+            };
+        if let Some(expected) = expected {
+            return Ok(listed
+                .into_iter()
+                .filter(|s| expected.contains(s))
+                .collect());
+        }
+        // Identity sharding has a shard per value: a shard says whose it is in its manifest.
+        let store = ds.object_store(None).await.map_err(ApiError::from)?;
+        let base = ds.branch_location().path;
+        let mut out = Vec::new();
+        for shard in listed {
+            let key = (installed.seed().to_string(), shard);
+            if self.lsm.ours.lock().unwrap().contains(&key) {
+                out.push(shard);
+                continue;
+            }
+            let manifest = ShardManifestStore::new(store.clone(), &base, shard, 2)
+                .latest()
+                .await
+                .map_err(ApiError::from)?;
+            let seed = manifest
+                .as_ref()
+                .and_then(|m| m.shard_field_values.get(SHARD_SEED_KEY).cloned());
+            if seed.as_deref() == Some(installed.seed().as_bytes()) {
+                self.lsm.ours.lock().unwrap().insert(key);
+                out.push(shard);
+            }
+        }
+        Ok(out)
     }
 
     /// Close this process's writers of `location`: their memtables are flushed to generations

@@ -3,10 +3,13 @@
 //! first, so a write acknowledged by any node is seen).
 
 use arrow_array::RecordBatch;
+use std::sync::Arc;
+
 use datafusion_physical_plan::SendableRecordBatchStream;
 use futures::TryStreamExt;
 use lance::Dataset;
 use lance::dataset::mem_wal::scanner::{LsmScanner, ShardSnapshot};
+use lance::index::DatasetIndexExt;
 
 use super::{Installed, require};
 use crate::error::{ApiError, ApiResult};
@@ -67,7 +70,7 @@ impl Store {
         if spec.prefilter == Some(false) && (spec.vector.is_some() || spec.fts.is_some()) {
             return Err(refuse("prefilter=false"));
         }
-        let mut scanner = self.lsm_scanner(location).await?;
+        let (mut scanner, base) = self.lsm_scanner(location).await?;
         if let Some(p) = &spec.projection {
             match p {
                 Projection::Names(names) => {
@@ -85,9 +88,16 @@ impl Store {
             scanner = scanner.filter(f).map_err(ApiError::from)?;
         }
         if let Some(fts) = &spec.fts {
-            scanner = scanner
-                .full_text_search(fts.clone())
-                .map_err(ApiError::from)?;
+            let mut fts = fts.clone();
+            // Lance's LSM planner searches the columns a query names; a query that names none
+            // searches the table's full-text-indexed column, as a plain search would.
+            if fts.columns().is_empty() {
+                let columns = fts_columns(&base).await?;
+                if columns.len() == 1 {
+                    fts = fts.with_columns(&columns).map_err(ApiError::from)?;
+                }
+            }
+            scanner = scanner.full_text_search(fts).map_err(ApiError::from)?;
         }
         if let Some(v) = &spec.vector {
             if v.multi || v.vectors.len() != 1 {
@@ -139,8 +149,8 @@ impl Store {
         Ok(LsmRead { scanner })
     }
 
-    /// The scanner over every tier, nothing asked of it yet.
-    async fn lsm_scanner(&self, location: &str) -> ApiResult<LsmScanner> {
+    /// The scanner over every tier, nothing asked of it yet, and the base table it reads.
+    async fn lsm_scanner(&self, location: &str) -> ApiResult<(LsmScanner, Arc<Dataset>)> {
         // The order matters: memtables first, then the shard manifests, then the base table.
         // A generation flushed between two of these steps is then in both the memtables and
         // the manifest (lance resolves that), and one merged into the base between the last
@@ -162,12 +172,12 @@ impl Store {
         let base = self.latest(location, None).await?;
         let merged = require(self.lsm_installed(&base).await?)?;
         let snapshots = snapshots(&merged, manifests.into_iter().flatten());
-        let mut scanner = LsmScanner::new(base, snapshots, merged.pk.clone())
+        let mut scanner = LsmScanner::new(base.clone(), snapshots, merged.pk.clone())
             .with_sstable_cache(self.lsm.sstables.clone());
         for (shard, refs) in memtables {
             scanner = scanner.with_in_memory_memtables(shard, refs);
         }
-        Ok(scanner)
+        Ok((scanner, base))
     }
 
     /// The primary keys of the rows `predicate` matches, over every tier.
@@ -182,6 +192,7 @@ impl Store {
         let scanner = self
             .lsm_scanner(location)
             .await?
+            .0
             .project(&installed.pk)
             .map_err(ApiError::from)?
             .filter(predicate)
@@ -192,6 +203,25 @@ impl Store {
             .await
             .map_err(|e| ApiError::from(lance_core::Error::from(e)))
     }
+}
+
+/// The columns of the table's full-text indexes.
+async fn fts_columns(ds: &Dataset) -> ApiResult<Vec<String>> {
+    let mut columns = std::collections::BTreeSet::new();
+    for index in ds.load_indices().await.map_err(ApiError::from)?.iter() {
+        let inverted = index
+            .index_details
+            .as_ref()
+            .is_some_and(|d| d.type_url.ends_with("InvertedIndexDetails"));
+        if inverted {
+            for id in &index.fields {
+                if let Some(field) = ds.schema().field_by_id(*id) {
+                    columns.insert(field.name.clone());
+                }
+            }
+        }
+    }
+    Ok(columns.into_iter().collect())
 }
 
 /// Each shard's flushed generations the base table does not hold yet.

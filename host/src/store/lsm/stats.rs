@@ -1,7 +1,7 @@
 //! `get_lsm_stats`: per-shard state of an LSM table, in the lancedb client's shape.
 
 use lance::dataset::builder::DatasetBuilder;
-use lance::dataset::mem_wal::{DatasetMemWalExt, ShardManifestStore};
+use lance::dataset::mem_wal::ShardManifestStore;
 use serde::Serialize;
 
 use crate::error::{ApiError, ApiResult};
@@ -63,11 +63,7 @@ impl Store {
         let store = ds.object_store(None).await.map_err(ApiError::from)?;
         let base = ds.branch_location().path;
         let mut buckets = Vec::new();
-        for shard in ds
-            .list_mem_wal_latest_shard_ids()
-            .await
-            .map_err(ApiError::from)?
-        {
+        for shard in self.lsm_shards(&ds, &installed).await? {
             let held = self.lsm.holds(location, shard);
             let manifest = match &held {
                 Some(w) => w.manifest().await.map_err(ApiError::from)?,

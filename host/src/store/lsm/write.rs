@@ -10,7 +10,7 @@ use lance::dataset::mem_wal::evaluate_sharding_spec;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use super::{Installed, lost_ownership, require};
+use super::{Installed, SHARD_SEED_KEY, lost_ownership, require};
 use crate::error::{ApiError, ApiResult};
 use crate::store::{RowHook, Store, require_rows};
 
@@ -194,7 +194,14 @@ fn route(
             };
             out.entry(shard)
                 .or_insert_with(|| ShardRows {
-                    values: HashMap::from([(field_id.clone(), value)]),
+                    // The seed too: a shard of an identity spec is recognised by it.
+                    values: HashMap::from([
+                        (field_id.clone(), value),
+                        (
+                            SHARD_SEED_KEY.to_string(),
+                            installed.seed().as_bytes().to_vec(),
+                        ),
+                    ]),
                     batches: Vec::new(),
                 })
                 .batches
