@@ -83,8 +83,14 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
             .as_ref()
             .map(|d| d.trim_matches('.').to_ascii_lowercase())
             .filter(|d| !d.is_empty()),
-        store: Store::new(session, config.vector_cache_mb << 20, storage_options)
-            .with_read_consistency(read_consistency),
+        store: {
+            let store = Store::new(session, config.vector_cache_mb << 20, storage_options)
+                .with_read_consistency(read_consistency);
+            store
+                .lsm
+                .set_wal_flush_interval(config.lsm_wal_flush_interval);
+            store
+        },
         virtual_columns: VirtualColumns::with_tenant_limits(Arc::new(runtime), &tenant_limits),
         functions: crate::functions::Functions::new(root.clone(), config.secret_key.as_deref())
             .map_err(|e| e.message)?,

@@ -22,6 +22,7 @@ mod hostile_bodies;
 mod indexes;
 mod job_control;
 mod jobs;
+mod lsm;
 mod metadata;
 mod multipart;
 mod namespaces;

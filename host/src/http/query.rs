@@ -60,7 +60,6 @@ async fn lsm_location(
     if spec.use_lsm == Some(false) {
         return Ok(None);
     }
-    let enabled = app.store.lsm_enabled(ds).await?;
     let pinned = body.get("version").is_some_and(|v| !v.is_null())
         || target.params.int("version")?.is_some();
     let branched = body
@@ -68,20 +67,20 @@ async fn lsm_location(
         .and_then(Value::as_str)
         .or(target.params.get("branch"))
         .is_some_and(|b| !b.is_empty() && b != "main");
+    // A pinned version or a branch is a state of the base table.
+    let enabled = !pinned && !branched && app.store.lsm_enabled(ds).await?;
     match (enabled, spec.use_lsm) {
+        (_, Some(true)) if pinned => Err(ApiError::invalid(
+            "use_lsm: the MemWAL LSM scanner cannot read from a time-traveled dataset version; \
+             set use_lsm(false) to read the base table at this version",
+        )),
+        (_, Some(true)) if branched => Err(ApiError::invalid(
+            "use_lsm: a branch has no LSM tiers; set use_lsm(false) to read the branch",
+        )),
         (false, Some(true)) => Err(ApiError::invalid(
             "use_lsm: the table has no LSM write spec (set one with set_lsm_write_spec)",
         )),
         (false, _) => Ok(None),
-        (true, Some(true)) if pinned => Err(ApiError::invalid(
-            "use_lsm: the MemWAL LSM scanner cannot read from a time-traveled dataset version; \
-             set use_lsm(false) to read the base table at this version",
-        )),
-        (true, Some(true)) if branched => Err(ApiError::invalid(
-            "use_lsm: a branch has no LSM tiers; set use_lsm(false) to read the branch",
-        )),
-        // A pinned version or a branch is a state of the base table: read as asked.
-        (true, _) if pinned || branched => Ok(None),
         (true, _) => Ok(Some(target.catalog.locate(&target.id).await?)),
     }
 }

@@ -257,6 +257,8 @@ impl Store {
             .lock()
             .unwrap()
             .retain(|(loc, _), _| loc != location);
+        // Shard writers of a dropped table: their WAL is gone with it.
+        drop(self.lsm.take_all(location));
     }
 
     /// Serialise writers of one (table, branch) inside this process.

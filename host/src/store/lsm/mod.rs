@@ -111,7 +111,7 @@ impl Writers {
     }
 
     /// Take every writer of `location` out of the registry (to close them).
-    fn take_all(&self, location: &str) -> Vec<Arc<ShardWriter>> {
+    pub(super) fn take_all(&self, location: &str) -> Vec<Arc<ShardWriter>> {
         let mut open = self.open.lock().unwrap();
         let keys: Vec<_> = open
             .keys()
