@@ -10,6 +10,7 @@ mod clone;
 mod concurrency;
 mod console;
 mod crash;
+mod crash_lsm;
 mod crash_support;
 mod crash_upkeep;
 mod data;
