@@ -211,15 +211,13 @@ async fn lsm_table(
     }
 }
 
+/// A 400, not a 409: the lancedb client retries a 409, and this will not change by retrying.
 fn lsm_refusal(what: &str) -> ApiError {
-    ApiError::new(
-        ErrorCode::InvalidTableState,
-        format!(
-            "{what}: the table has an LSM write spec, and a write that bypasses its LSM tiers \
+    ApiError::invalid(format!(
+        "{what}: the table has an LSM write spec, and a write that bypasses its LSM tiers \
              would land under rows they still hold; write with merge_insert (an upsert on the \
              primary key) or delete, or run checkpoint_lsm and unset_lsm_write_spec first"
-        ),
-    )
+    ))
 }
 
 /// An upsert through the table's shard writers: `on` must be its primary key, matched rows

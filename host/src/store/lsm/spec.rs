@@ -138,8 +138,8 @@ impl Store {
         let _guard = self.write_lock(location, None).await;
         let current = self.latest(location, None).await?;
         if self.lsm_installed(&current).await?.is_some() {
-            return Err(ApiError::new(
-                lance_namespace::ErrorCode::InvalidTableState,
+            // A 400: the lancedb client retries a 409.
+            return Err(ApiError::invalid(
                 "the table already has an LSM write spec: unset it first to change it",
             ));
         }
