@@ -13,6 +13,7 @@ use super::arrow_body::ArrowBody;
 use super::pipeline::extract::{Common, JsonBody, Target};
 use super::{AppState, reply};
 use crate::error::{ApiError, ApiResult};
+use crate::store::lsm::LsmTable;
 use crate::store::{At, MergeOptions};
 
 /// The spec's `transaction_id` of the write that made `version` (see `transactions.rs`).
@@ -59,10 +60,7 @@ pub async fn insert(
         ));
     }
     let rows = body.num_rows();
-    if lsm_table(&app, &location, branch.as_deref(), None, "insert")
-        .await?
-        .is_some()
-    {
+    if let Some(table) = lsm_table(&app, &location, branch.as_deref(), None, "insert").await? {
         if overwrite {
             return Err(lsm_refusal("insert with mode=overwrite"));
         }
@@ -70,7 +68,7 @@ pub async fn insert(
         let hook = app.virtual_columns.insert_hook(target.caller.tenant());
         let done = app
             .store
-            .lsm_upsert(&location, body.batches, Some(&*hook))
+            .lsm_upsert(&location, &table, body.batches, Some(&*hook))
             .await?;
         return Ok(reply(json!({
             "num_inserted_rows": done.rows, "version": done.version,
@@ -135,9 +133,10 @@ pub async fn merge_insert(
         use_index: p.bool("use_index")?,
     };
     let use_lsm = p.bool("use_lsm")?;
-    if let Some(pk) = lsm_table(&app, &location, branch.as_deref(), use_lsm, "merge_insert").await?
+    if let Some(table) =
+        lsm_table(&app, &location, branch.as_deref(), use_lsm, "merge_insert").await?
     {
-        return lsm_merge_insert(&app, &target, &location, body, &opts, &pk).await;
+        return lsm_merge_insert(&app, &target, &location, body, &opts, &table).await;
     }
     if is_declared_only(&app, &location, branch.as_deref()).await? {
         let rows = body.num_rows();
@@ -175,7 +174,7 @@ pub async fn merge_insert(
     })))
 }
 
-/// The primary key of a table whose writes go through its LSM tiers (it has an LSM write spec
+/// The LSM state of a table whose writes go through its LSM tiers (it has an LSM write spec
 /// and the request does not say `use_lsm=false`); `None` for a plain write. `use_lsm=true` on a
 /// table without a spec, and a plain write to one with a spec (it would land under rows the
 /// LSM tiers shadow), are refused.
@@ -185,29 +184,21 @@ async fn lsm_table(
     branch: Option<&str>,
     use_lsm: Option<bool>,
     what: &str,
-) -> ApiResult<Option<Vec<String>>> {
-    let ds = match app
-        .store
-        .read(location, &At::new(branch.map(str::to_string), None)?)
-        .await
-    {
-        Ok(ds) => ds,
-        Err(_) if use_lsm != Some(true) => return Ok(None),
+) -> ApiResult<Option<LsmTable>> {
+    let table = match app.store.lsm_table(location, branch).await {
+        Ok(t) => t,
+        // A table that does not exist (yet: a declared one) has no spec; the write says why.
+        Err(_) if use_lsm != Some(true) => None,
         Err(e) => return Err(e),
     };
-    let installed = if branch.is_none() {
-        app.store.lsm_primary_key(&ds).await?
-    } else {
-        None
-    };
-    match (installed, use_lsm) {
+    match (table, use_lsm) {
         (None, Some(true)) => Err(ApiError::invalid(format!(
             "use_lsm: the table{} has no LSM write spec (set one with set_lsm_write_spec)",
             if branch.is_some() { "'s branch" } else { "" }
         ))),
         (None, _) => Ok(None),
         (Some(_), Some(false)) => Err(lsm_refusal(what)),
-        (Some(pk), _) => Ok(Some(pk)),
+        (Some(t), _) => Ok(Some(t)),
     }
 }
 
@@ -228,8 +219,9 @@ async fn lsm_merge_insert(
     location: &str,
     body: ArrowBody,
     opts: &MergeOptions,
-    pk: &[String],
+    table: &LsmTable,
 ) -> ApiResult<Response> {
+    let pk = table.primary_key();
     let mut on = opts.on.clone();
     on.sort();
     let mut key = pk.to_vec();
@@ -262,7 +254,7 @@ async fn lsm_merge_insert(
     let hook = app.virtual_columns.insert_hook(target.caller.tenant());
     let done = app
         .store
-        .lsm_upsert(location, body.batches, Some(&*hook))
+        .lsm_upsert(location, table, body.batches, Some(&*hook))
         .await?;
     // An LSM upsert reads nothing, so it cannot tell inserts from updates: `num_rows` is what
     // it wrote. The table's version is unchanged (the rows are in its WAL and memtables).

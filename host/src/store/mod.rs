@@ -177,6 +177,25 @@ impl Store {
         self.latest(location, branch).await
     }
 
+    /// The latest main-branch state as this process last checked it, when that was within
+    /// `within`; else checked now. For decisions that only read what rarely changes (whether
+    /// a table has an LSM write spec), so a stream of small writes does not ask the store
+    /// for the latest version once per request.
+    pub async fn recent(&self, location: &str, within: Duration) -> ApiResult<Arc<Dataset>> {
+        let key = (location.to_string(), None);
+        let trusted = self
+            .cache
+            .lock()
+            .unwrap()
+            .get(&key)
+            .filter(|c| c.checked.elapsed() < within.max(self.read_consistency))
+            .map(|c| c.ds.clone());
+        match trusted {
+            Some(ds) => Ok(ds),
+            None => self.latest(location, None).await,
+        }
+    }
+
     /// The dataset as `at` asks: latest of its branch (within the read consistency
     /// interval), or a pinned version of it.
     pub async fn read(&self, location: &str, at: &At) -> ApiResult<Arc<Dataset>> {

@@ -39,6 +39,21 @@ use uuid::Uuid;
 use super::Store;
 use crate::error::{ApiError, ApiResult};
 
+/// How long a write trusts this process's last look at whether a table has a spec.
+const SPEC_TRUST: Duration = Duration::from_secs(1);
+
+/// A table with an LSM write spec, as a write found it.
+pub struct LsmTable {
+    ds: Arc<Dataset>,
+    installed: Installed,
+}
+
+impl LsmTable {
+    pub fn primary_key(&self) -> &[String] {
+        &self.installed.pk
+    }
+}
+
 /// Key of `writer_config_defaults` under which a spec records the seed its shard ids are
 /// derived from (so a spec set again after an unset starts on fresh shards). Never shown.
 const SHARD_SEED_KEY: &str = "lancet.shard_seed";
@@ -50,6 +65,9 @@ pub struct Writers {
     sstables: Arc<dyn DatasetCache>,
     /// Identity-sharded shards known to belong to a spec: (seed, shard).
     ours: Mutex<std::collections::HashSet<(String, Uuid)>>,
+    /// Per table: LSM writes hold it shared, an unset exclusively (so no write lands in a WAL
+    /// the unset is about to remove).
+    gates: Mutex<HashMap<String, Arc<tokio::sync::RwLock<()>>>>,
     /// The WAL group-commit window of writers this server opens (`--lsm-wal-flush-interval`),
     /// unless the table's spec records its own.
     wal_flush_interval: Mutex<Option<Duration>>,
@@ -61,6 +79,7 @@ impl Default for Writers {
             open: Mutex::default(),
             sstables: Arc::new(SsTableCache::new(1024)),
             ours: Mutex::default(),
+            gates: Mutex::default(),
             wal_flush_interval: Mutex::default(),
         }
     }
@@ -76,6 +95,15 @@ impl Writers {
             .lock()
             .unwrap()
             .unwrap_or(Duration::from_millis(2))
+    }
+
+    fn gate(&self, location: &str) -> Arc<tokio::sync::RwLock<()>> {
+        self.gates
+            .lock()
+            .unwrap()
+            .entry(location.to_string())
+            .or_default()
+            .clone()
     }
 
     /// The writers this process holds for `location`.
@@ -183,6 +211,24 @@ impl Store {
     /// The primary key of a table with an LSM write spec (`None`: the table has none).
     pub async fn lsm_primary_key(&self, ds: &Dataset) -> ApiResult<Option<Vec<String>>> {
         Ok(self.lsm_installed(ds).await?.map(|i| i.pk))
+    }
+
+    /// A write's view of the table's LSM state (`None`: a branch, or a table without a spec).
+    /// It trusts what this process saw of the table within the last second: a spec changes
+    /// rarely, and an unset on this node waits for the writes in flight (`gate`).
+    pub async fn lsm_table(
+        &self,
+        location: &str,
+        branch: Option<&str>,
+    ) -> ApiResult<Option<LsmTable>> {
+        if branch.is_some() {
+            return Ok(None);
+        }
+        let ds = self.recent(location, SPEC_TRUST).await?;
+        Ok(self
+            .lsm_installed(&ds)
+            .await?
+            .map(|installed| LsmTable { ds, installed }))
     }
 
     /// Whether the latest main-branch state of `location` has an LSM write spec.

@@ -212,6 +212,9 @@ impl Store {
     pub async fn lsm_unset_spec(&self, location: &str) -> ApiResult<u64> {
         let ds = self.latest(location, None).await?;
         require(self.lsm_installed(&ds).await?)?;
+        // No write of this node lands in the WAL while it is merged and removed.
+        let gate = self.lsm.gate(location);
+        let _closed = gate.write().await;
         // Claim every shard so what other nodes hold in memory is replayed here and flushed.
         self.lsm_flush(location).await?;
         self.lsm_close_writers(location).await?;

@@ -10,7 +10,7 @@ use lance::dataset::mem_wal::evaluate_sharding_spec;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use super::{Installed, SHARD_SEED_KEY, lost_ownership, require};
+use super::{Installed, LsmTable, SHARD_SEED_KEY, lost_ownership, require};
 use crate::error::{ApiError, ApiResult};
 use crate::store::{RowHook, Store, require_rows};
 
@@ -34,14 +34,14 @@ impl Store {
     pub async fn lsm_upsert(
         &self,
         location: &str,
+        table: &LsmTable,
         batches: Vec<RecordBatch>,
         hook: Option<RowHook<'_>>,
     ) -> ApiResult<LsmWrite> {
         require_rows(&batches)?;
-        let ds = self.read(location, &crate::store::At::default()).await?;
-        let installed = require(self.lsm_installed(&ds).await?)?;
+        let (ds, installed) = (&table.ds, &table.installed);
         let batches = match hook {
-            Some(h) => tokio::task::block_in_place(|| h(&ds, batches))?,
+            Some(h) => tokio::task::block_in_place(|| h(ds, batches))?,
             None => batches,
         };
         for key in &installed.pk {
@@ -52,10 +52,11 @@ impl Store {
             }
         }
         let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
-        let routed = route(&ds, &installed, batches)?;
+        let routed = route(ds, installed, batches)?;
         let shards = routed.len();
-        self.put_all(location, &ds, &installed, routed, false)
-            .await?;
+        let gate = self.lsm.gate(location);
+        let _open = gate.read().await;
+        self.put_all(location, ds, installed, routed, false).await?;
         Ok(LsmWrite {
             rows,
             shards,
