@@ -188,16 +188,22 @@ async fn in_process_upserts(uri: &str, existing: i64, clients: u64, secs: u64, r
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
             let mut n = 0u64;
+            // A long-lived writer, as a pylance process keeps its dataset open: it checks for
+            // the latest version before each write (other writers commit too).
+            let mut ds = lance::Dataset::open(&uri).await.unwrap();
             while Instant::now() < until {
                 let rows = batch(&upsert_ids(existing, c + round * 64, n), n);
                 n += 1;
                 let t = Instant::now();
-                let ds = Arc::new(lance::Dataset::open(&uri).await.unwrap());
-                let mut b = MergeInsertBuilder::try_new(ds, vec!["id".to_string()]).unwrap();
+                ds.checkout_latest().await.unwrap();
+                let mut b =
+                    MergeInsertBuilder::try_new(Arc::new(ds.clone()), vec!["id".to_string()])
+                        .unwrap();
                 b.when_matched(WhenMatched::UpdateAll)
                     .when_not_matched(WhenNotMatched::InsertAll);
                 match b.try_build().unwrap().execute_batches(vec![rows]).await {
-                    Ok(_) => {
+                    Ok((next, _)) => {
+                        ds = (*next).clone();
                         lat.push(t.elapsed().as_secs_f64() * 1000.0);
                         done.fetch_add(1, Ordering::Relaxed);
                     }

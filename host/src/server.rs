@@ -86,9 +86,13 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
         store: {
             let store = Store::new(session, config.vector_cache_mb << 20, storage_options)
                 .with_read_consistency(read_consistency);
-            store
-                .lsm
-                .set_wal_flush_interval(config.lsm_wal_flush_interval);
+            // A WAL entry on an object store is a billed, rate-limited PUT: gather longer.
+            let local = !root_uri.contains("://") || root_uri.starts_with("file://");
+            store.lsm.set_wal_flush_interval(
+                config
+                    .lsm_wal_flush_interval
+                    .unwrap_or(std::time::Duration::from_millis(if local { 1 } else { 25 })),
+            );
             store
         },
         virtual_columns: VirtualColumns::with_tenant_limits(Arc::new(runtime), &tenant_limits),

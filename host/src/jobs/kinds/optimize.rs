@@ -378,15 +378,16 @@ async fn run_phase(
     let mut out = match phase {
         Phase::CompactLsm if branch.is_some() => json!({ "skipped": "a branch has no LSM tier" }),
         Phase::CompactLsm => {
-            // A quiet table's memtables are flushed by the policy's job (never by a writer's
-            // request): then everything it holds is merged.
-            let flushed = if spec.trigger == "policy" && spec.merge_segments {
-                app.store.lsm_flush_held(location).await?
+            // A quiet table's shard writers are closed by the policy's job (never by a
+            // writer's request): their memtables are flushed, and no writer of an idle table
+            // keeps a WAL ticker running. Then everything flushed is merged.
+            let closed = if spec.trigger == "policy" && spec.merge_segments {
+                app.store.lsm_close_writers(location).await?
             } else {
                 0
             };
             let report = app.store.lsm_compact(location).await?;
-            json!({ "memtables_flushed": flushed, "report": report })
+            json!({ "writers_closed": closed, "report": report })
         }
         Phase::Compact => {
             let report = app

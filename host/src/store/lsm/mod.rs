@@ -438,17 +438,6 @@ impl Store {
         rows
     }
 
-    /// Seal this process's memtables of `location` that hold rows, and wait for the flushes.
-    pub async fn lsm_flush_held(&self, location: &str) -> ApiResult<usize> {
-        let mut frozen = 0;
-        for writer in self.lsm.held(location) {
-            let fence = writer.force_freeze_active().await.map_err(ApiError::from)?;
-            frozen += usize::from(fence.frozen_generation().is_some());
-            fence.wait().await.map_err(ApiError::from)?;
-        }
-        Ok(frozen)
-    }
-
     /// Seal every shard's memtable into a flushed generation and wait for the flushes
     /// (`flush_lsm`); claims the shards this process does not hold first.
     pub async fn lsm_flush(&self, location: &str) -> ApiResult<usize> {
