@@ -230,6 +230,22 @@ async fn lsm_upserts_are_read_from_memtables_flushed_and_merged() {
         "{stats}"
     );
 
+    // Closing this node's writers flushes them; the next read claims the shards again.
+    upsert(&s, "ev", &[40], "g").await;
+    after.insert(40, "g40".into());
+    let closed = s.ok("/v1/table/ev/close_lsm_writers", json!({})).await;
+    assert!(closed["closed"].as_u64().unwrap() >= 1, "{closed}");
+    let stats = s.ok("/v1/table/ev/get_lsm_stats", json!({})).await;
+    assert!(
+        stats["lsm_stats"]["buckets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|b| b["status"] == "closed" && b["memtables"].is_null()),
+        "{stats}"
+    );
+    assert_eq!(table_rows(&s, "ev", None).await, after);
+
     // Unset merges what is left and removes the spec; the table is a plain one again.
     upsert(&s, "ev", &[30], "d").await;
     after.insert(30, "d30".into());

@@ -9,10 +9,11 @@ use serde_json::json;
 use super::pipeline::extract::{JsonBody, Target};
 use super::{AppState, reply};
 use crate::error::ApiResult;
-use crate::jobs::kinds::optimize::{OptimizeRequest, OptimizeSpec};
+use crate::jobs::kinds::optimize::{OptimizeRequest, OptimizeSpec, Phase};
 
-/// Start an upkeep job on a table (branch): `action` is `all` (default) or any of
-/// `compact`, `index`, `cleanup`; `retention_seconds` overrides the retention window. Answers
+/// Start an upkeep job on a table (branch): `action` is `all` (default; on a table with an LSM
+/// write spec it begins with `compact_lsm`) or any of `compact_lsm`, `compact`, `index`,
+/// `cleanup`; `retention_seconds` overrides the retention window. Answers
 /// the job id at once; `jobs/describe` follows it.
 pub async fn optimize(
     State(app): State<AppState>,
@@ -23,10 +24,17 @@ pub async fn optimize(
     let branch = target.branch(&body.branch);
     let tenant = target.caller.tenant();
     let policy = app.upkeep.policy_for(&app, tenant);
-    let actions = body.phases()?;
+    let mut actions = body.phases()?;
     let thresholds = body.thresholds(policy.thresholds)?;
     // Fail now, not in the job, when the table or branch does not exist.
-    app.store.latest(&location, branch.as_deref()).await?;
+    let ds = app.store.latest(&location, branch.as_deref()).await?;
+    if body.wants_all()
+        && branch.is_none()
+        && !actions.contains(&Phase::CompactLsm)
+        && app.store.lsm_enabled(&ds).await?
+    {
+        actions.insert(0, Phase::CompactLsm);
+    }
     let spec = OptimizeSpec {
         table_id: target.id.clone(),
         branch,

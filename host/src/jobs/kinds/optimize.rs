@@ -37,12 +37,8 @@ pub enum Phase {
 }
 
 impl Phase {
-    pub const ALL: [Phase; 4] = [
-        Phase::CompactLsm,
-        Phase::Index,
-        Phase::Compact,
-        Phase::Cleanup,
-    ];
+    /// What `all` runs (with `compact_lsm` first on a table with an LSM write spec).
+    pub const ALL: [Phase; 3] = [Phase::Index, Phase::Compact, Phase::Cleanup];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -116,6 +112,15 @@ pub enum ActionField {
 }
 
 impl OptimizeRequest {
+    /// Whether `all` (or nothing) was asked for.
+    pub fn wants_all(&self) -> bool {
+        match &self.action {
+            None => true,
+            Some(ActionField::One(a)) => a.eq_ignore_ascii_case("all"),
+            Some(ActionField::Many(a)) => a.iter().any(|a| a.eq_ignore_ascii_case("all")),
+        }
+    }
+
     /// The phases asked for, in the order they run.
     pub fn phases(&self) -> ApiResult<Vec<Phase>> {
         let names = match &self.action {
