@@ -20,8 +20,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+#[allow(dead_code)]
+#[path = "support/rows.rs"]
+mod rows;
 #[path = "support/served.rs"]
 mod served;
+use rows::arg;
 use served::{Served, client};
 
 use arrow_array::{Float64Array, Int64Array, RecordBatch, StringArray};
@@ -29,14 +33,6 @@ use arrow_schema::{DataType, Field, Schema};
 use serde_json::{Value, json};
 
 const KEY: &str = "lsm-bench-key";
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1)?.parse().ok())
-        .unwrap_or(default)
-}
 
 fn schema() -> Arc<Schema> {
     Arc::new(Schema::new(vec![
@@ -111,6 +107,27 @@ fn pct(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
+/// What the clients' tasks did, each answering its acknowledged latencies.
+async fn rate(
+    tasks: Vec<tokio::task::JoinHandle<Vec<f64>>>,
+    done: &AtomicU64,
+    failed: &AtomicU64,
+) -> Rate {
+    let started = Instant::now();
+    let mut lat = Vec::new();
+    for t in tasks {
+        lat.extend(t.await.unwrap());
+    }
+    let took = started.elapsed().as_secs_f64();
+    lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    Rate {
+        per_sec: done.load(Ordering::Relaxed) as f64 / took,
+        p50_ms: pct(&lat, 0.5),
+        p99_ms: pct(&lat, 0.99),
+        failed: failed.load(Ordering::Relaxed),
+    }
+}
+
 /// Upserts from `clients` concurrent HTTP clients for `secs`.
 async fn http_upserts(
     base: &str,
@@ -161,19 +178,7 @@ async fn http_upserts(
             lat
         }));
     }
-    let started = Instant::now();
-    let mut lat = Vec::new();
-    for t in tasks {
-        lat.extend(t.await.unwrap());
-    }
-    let took = started.elapsed().as_secs_f64();
-    lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    Rate {
-        per_sec: done.load(Ordering::Relaxed) as f64 / took,
-        p50_ms: pct(&lat, 0.5),
-        p99_ms: pct(&lat, 0.99),
-        failed: failed.load(Ordering::Relaxed),
-    }
+    rate(tasks, &done, &failed).await
 }
 
 /// The same upserts by lance in this process, on a dataset of its own.
@@ -215,19 +220,7 @@ async fn in_process_upserts(uri: &str, existing: i64, clients: u64, secs: u64, r
             lat
         }));
     }
-    let started = Instant::now();
-    let mut lat = Vec::new();
-    for t in tasks {
-        lat.extend(t.await.unwrap());
-    }
-    let took = started.elapsed().as_secs_f64();
-    lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    Rate {
-        per_sec: done.load(Ordering::Relaxed) as f64 / took,
-        p50_ms: pct(&lat, 0.5),
-        p99_ms: pct(&lat, 0.99),
-        failed: failed.load(Ordering::Relaxed),
-    }
+    rate(tasks, &done, &failed).await
 }
 
 async fn post(http: &reqwest::Client, url: String, body: Value) -> Value {

@@ -507,6 +507,17 @@ impl Model {
     }
 }
 
+/// `LANCET_CRASH_SEED`, or one from the clock (printed by the tests, to repeat a run).
+pub(crate) fn crash_seed() -> u64 {
+    env_u64(
+        "LANCET_CRASH_SEED",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64,
+    )
+}
+
 pub(crate) fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
@@ -518,13 +529,7 @@ pub(crate) fn env_u64(name: &str, default: u64) -> u64 {
 async fn sigkill_at_random_moments_loses_no_acknowledged_write_and_applies_nothing_by_half() {
     let kills = env_u64("LANCET_CRASH_KILLS", 20);
     let budget = Duration::from_secs(env_u64("LANCET_CRASH_SECS", 150));
-    let seed = env_u64(
-        "LANCET_CRASH_SEED",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64,
-    );
+    let seed = crash_seed();
     println!("crash: seed {seed} (LANCET_CRASH_SEED), {kills} kills, at most {budget:?}");
     let mut rng = Rng::new(seed);
     let started = Instant::now();

@@ -18,7 +18,7 @@ use serde_json::json;
 
 use crate::common::*;
 use crate::concurrency::Rng;
-use crate::crash::env_u64;
+use crate::crash::{crash_seed, env_u64};
 use crate::crash_support::{Stats, post_arrow, post_json, timed};
 use crate::lsm::{UPSERT, pk_rows, table_rows};
 
@@ -31,13 +31,7 @@ enum Op {
 async fn sigkill_during_lsm_writes_loses_no_acknowledged_upsert_and_doubles_none() {
     let kills = env_u64("LANCET_LSM_CRASH_KILLS", 50);
     let budget = Duration::from_secs(env_u64("LANCET_LSM_CRASH_SECS", 300));
-    let seed = env_u64(
-        "LANCET_CRASH_SEED",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as u64,
-    );
+    let seed = crash_seed();
     println!("lsm crash: seed {seed} (LANCET_CRASH_SEED), {kills} kills, at most {budget:?}");
     let mut rng = Rng::new(seed);
     let started = Instant::now();
@@ -74,12 +68,11 @@ async fn sigkill_during_lsm_writes_loses_no_acknowledged_upsert_and_doubles_none
         // Requests of a round touch disjoint keys, so each key has one write in flight.
         let mut free: Vec<i64> = model.keys().copied().collect();
         let mut take = |rng: &mut Rng, n: usize| -> Vec<i64> {
-            (0..n)
-                .filter_map(|_| {
-                    (!free.is_empty())
-                        .then(|| free.swap_remove(rng.below(free.len() as u64) as usize))
-                })
-                .collect()
+            let mut keys = Vec::new();
+            while keys.len() < n && !free.is_empty() {
+                keys.push(free.swap_remove(rng.below(free.len() as u64) as usize));
+            }
+            keys
         };
         let mut ops = Vec::new();
         for q in 0..1 + rng.below(4) {
@@ -152,10 +145,12 @@ async fn sigkill_during_lsm_writes_loses_no_acknowledged_upsert_and_doubles_none
                 // Refused requests are honest refusals (a 503 while shards change hands).
                 assert!(*st == 503, "{st} {b}");
             }
-            let (keys, new): (&Vec<i64>, Box<dyn Fn(i64) -> Option<String>>) = match op {
-                Op::Upsert { keys, tag } => (keys, Box::new(move |k| Some(format!("{tag}{k}")))),
-                Op::Delete { keys } => (keys, Box::new(|_| None)),
+            // What the write makes of a key: its value, or no row (a delete).
+            let (keys, tag) = match op {
+                Op::Upsert { keys, tag } => (keys, Some(tag)),
+                Op::Delete { keys } => (keys, None),
             };
+            let new = |k: i64| tag.map(|t| format!("{t}{k}"));
             let (mut applied, mut kept) = (0, 0);
             for &k in keys {
                 touched.insert(k);

@@ -62,7 +62,7 @@ impl Store {
         let store = ds.object_store(None).await.map_err(ApiError::from)?;
         let base = ds.branch_location().path;
         let mut out = Vec::new();
-        for shard in self.lsm_shards(&ds, &installed).await? {
+        for shard in self.lsm_shards(ds, installed).await? {
             let manifests = ShardManifestStore::new(store.clone(), &base, shard, 2);
             let Some(manifest) = manifests.latest().await.map_err(ApiError::from)? else {
                 continue;
@@ -98,18 +98,7 @@ impl Store {
         if installed.compacted(shard) >= sstable.generation {
             return Ok(Merged::default());
         }
-        let path = format!(
-            "{}/_mem_wal/{}/{}",
-            current.uri().trim_end_matches('/'),
-            shard,
-            sstable.path
-        );
-        let generation = DatasetBuilder::from_uri(&path)
-            .with_session(self.session())
-            .with_storage_options(self.storage_options().clone())
-            .load()
-            .await
-            .map_err(ApiError::from)?;
+        let generation = self.open_generation(&current, shard, sstable).await?;
         // The generation's deletion vector already hides the older rows of a key it holds
         // twice: one row per key is left.
         let rows: Vec<RecordBatch> = generation
@@ -239,6 +228,29 @@ impl Store {
             upserted,
             deleted,
         })
+    }
+}
+
+impl Store {
+    /// A flushed generation of `shard`, as the lance dataset it is.
+    pub(super) async fn open_generation(
+        &self,
+        base: &Dataset,
+        shard: Uuid,
+        sstable: &SsTable,
+    ) -> ApiResult<Dataset> {
+        let path = format!(
+            "{}/_mem_wal/{}/{}",
+            base.uri().trim_end_matches('/'),
+            shard,
+            sstable.path
+        );
+        DatasetBuilder::from_uri(&path)
+            .with_session(self.session())
+            .with_storage_options(self.storage_options().clone())
+            .load()
+            .await
+            .map_err(ApiError::from)
     }
 }
 

@@ -58,9 +58,12 @@ impl LsmTable {
 /// derived from (so a spec set again after an unset starts on fresh shards). Never shown.
 const SHARD_SEED_KEY: &str = "lancet.shard_seed";
 
+/// A shard's writer, opened once however many requests ask for it at the same moment.
+type WriterCell = Arc<tokio::sync::OnceCell<Arc<ShardWriter>>>;
+
 /// Shard writers held by this process, by (table location, shard id).
 pub struct Writers {
-    open: Mutex<HashMap<(String, Uuid), Arc<tokio::sync::OnceCell<Arc<ShardWriter>>>>>,
+    open: Mutex<HashMap<(String, Uuid), WriterCell>>,
     /// Opened generation datasets, so a query does not read their manifests again.
     sstables: Arc<dyn DatasetCache>,
     /// Identity-sharded shards known to belong to a spec: (seed, shard).

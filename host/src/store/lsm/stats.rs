@@ -1,6 +1,5 @@
 //! `get_lsm_stats`: per-shard state of an LSM table, in the lancedb client's shape.
 
-use lance::dataset::builder::DatasetBuilder;
 use lance::dataset::mem_wal::ShardManifestStore;
 use serde::Serialize;
 
@@ -77,18 +76,7 @@ impl Store {
             let mut generations = Vec::new();
             for s in manifest.sstables.iter().filter(|s| s.generation > merged) {
                 let rows = if include_generation_rows {
-                    let path = format!(
-                        "{}/_mem_wal/{}/{}",
-                        ds.uri().trim_end_matches('/'),
-                        shard,
-                        s.path
-                    );
-                    let generation = DatasetBuilder::from_uri(&path)
-                        .with_session(self.session())
-                        .with_storage_options(self.storage_options().clone())
-                        .load()
-                        .await
-                        .map_err(ApiError::from)?;
+                    let generation = self.open_generation(&ds, shard, s).await?;
                     Some(generation.count_rows(None).await.map_err(ApiError::from)? as u64)
                 } else {
                     None
