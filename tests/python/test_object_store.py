@@ -108,3 +108,42 @@ def test_storage_options_are_not_vended_by_default(s3):
         assert "vend_credentials" in str(err.value)
     finally:
         a.stop()
+
+
+def test_lsm_writes_on_s3_are_read_by_every_replica(s3):
+    """LSM upserts (lance's MemWAL: a WAL of conditional PUTs on the store) through one replica
+    are read by another, which claims the shards; the first claims them back on its next write."""
+    from lancedb import LsmWriteSpec
+    root = new_root(s3)
+    a = Lancet(root, env={**s3, "LANCET_NODE_ID": "py-lsm-a"})
+    b = Lancet(root, env={**s3, "LANCET_NODE_ID": "py-lsm-b"})
+    try:
+        schema = pa.schema([
+            pa.field("id", pa.int64(), nullable=False, metadata={"lance-schema:unenforced-primary-key": "true"}),
+            pa.field("v", pa.utf8()),
+        ])
+        def rows(ids, tag):
+            return pa.table({"id": pa.array(ids, pa.int64()), "v": [f"{tag}{i}" for i in ids]}, schema=schema)
+        def upsert(t, ids, tag):
+            t.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(rows(ids, tag))
+        def values(t):
+            got = t.search().limit(1000).to_arrow()
+            return dict(zip(got["id"].to_pylist(), got["v"].to_pylist()))
+        ta = lancedb.connect("db://store", api_key=a.key, host_override=a.base, region="us-east-1").create_table("events", rows(range(5), "base"))
+        ta.set_lsm_write_spec(LsmWriteSpec.bucket("id", 2))
+        upsert(ta, [1, 10], "a")
+        tb = lancedb.connect("db://store", api_key=b.key, host_override=b.base, region="us-east-1").open_table("events")
+        want = {0: "base0", 1: "a1", 2: "base2", 3: "base3", 4: "base4", 10: "a10"}
+        assert values(tb) == want
+        upsert(ta, [2, 11], "b")
+        want.update({2: "b2", 11: "b11"})
+        assert values(tb) == want
+        assert values(ta) == want
+        tb.checkpoint_lsm()
+        assert values(ta) == want
+        # Everything is in the base table now.
+        base = ta.search().use_lsm(False).limit(1000).to_arrow()
+        assert dict(zip(base["id"].to_pylist(), base["v"].to_pylist())) == want
+    finally:
+        a.stop()
+        b.stop()
