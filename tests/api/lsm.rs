@@ -341,6 +341,14 @@ async fn lsm_calls_refuse_what_they_cannot_do_by_name() {
             json!({"sharding": {"mode": "unsharded"}, "maintained_indexes": ["nope"]}),
             "nope",
         ),
+        (
+            json!({"sharding": {"mode": "unsharded"}, "writer_config_defaults": {"max_memtable_rows": "1000000000000"}}),
+            "above the most",
+        ),
+        (
+            json!({"sharding": {"mode": "unsharded"}, "writer_config_defaults": {"max_wal_flush_interval_ms": "99999999999"}}),
+            "above an hour",
+        ),
     ] {
         let (st, b) = s.post("/v1/table/t/set_lsm_write_spec", body.clone()).await;
         assert_eq!(st, 400, "{body}: {b}");
@@ -426,6 +434,27 @@ async fn lsm_calls_refuse_what_they_cannot_do_by_name() {
         .post("/v1/table/t/get_lsm_stats", json!({"rows": true}))
         .await;
     assert_error(st, &b, 400, 13);
+    // Identity sharding opens a writer per value: no more than 1024 for a table.
+    let (st, b) = s
+        .post_arrow("/v1/table/idt/create", &pk_rows(&[0], "base"))
+        .await;
+    assert_eq!(st, 200, "{b}");
+    s.ok(
+        "/v1/table/idt/set_lsm_write_spec",
+        json!({"sharding": {"mode": "identity", "column": "v"}}),
+    )
+    .await;
+    let many: Vec<i64> = (0..1100).collect();
+    let (st, b) = s
+        .post_arrow(&format!("/v1/table/idt/{UPSERT}"), &pk_rows(&many, "x"))
+        .await;
+    assert_error(st, &b, 400, 13);
+    assert!(b["error"].as_str().unwrap().contains("1024"), "{b}");
+    assert_eq!(
+        s.count("idt", json!({})).await,
+        1,
+        "nothing of it was written"
+    );
     // A pinned version reads the base table at that version, as asked.
     let rows = s.query("t", json!({"version": 1, "columns": ["id"]})).await;
     assert_eq!(ids(&rows).len(), 5);

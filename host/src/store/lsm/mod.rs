@@ -39,6 +39,9 @@ use uuid::Uuid;
 use super::Store;
 use crate::error::{ApiError, ApiResult};
 
+/// The most shard writers one table may have open in this process (lance's bucket limit).
+const MAX_SHARDS_PER_TABLE: usize = 1024;
+
 /// How long a write trusts this process's last look at whether a table has a spec.
 const SPEC_TRUST: Duration = Duration::from_secs(1);
 
@@ -249,14 +252,21 @@ impl Store {
         shard: Uuid,
         field_values: Option<HashMap<String, Vec<u8>>>,
     ) -> ApiResult<Arc<ShardWriter>> {
-        let cell = self
-            .lsm
-            .open
-            .lock()
-            .unwrap()
-            .entry((location.to_string(), shard))
-            .or_default()
-            .clone();
+        let cell = {
+            let mut open = self.lsm.open.lock().unwrap();
+            let key = (location.to_string(), shard);
+            // Identity sharding opens a writer per value: bounded, so a column of a million
+            // distinct values cannot make a million writers (and WAL tickers).
+            if !open.contains_key(&key)
+                && open.keys().filter(|(l, _)| l == location).count() >= MAX_SHARDS_PER_TABLE
+            {
+                return Err(ApiError::invalid(format!(
+                    "the table's LSM spec spreads writes over more than {MAX_SHARDS_PER_TABLE} \
+                     shards: shard by a column with fewer values, or use bucket sharding"
+                )));
+            }
+            open.entry(key).or_default().clone()
+        };
         let writer = cell
             .get_or_try_init(|| async {
                 if let Some(values) = field_values {

@@ -6,7 +6,7 @@ use arrow_array::RecordBatch;
 use std::sync::Arc;
 
 use datafusion_physical_plan::SendableRecordBatchStream;
-use futures::TryStreamExt;
+use futures::StreamExt;
 use lance::Dataset;
 use lance::dataset::mem_wal::scanner::{LsmScanner, ShardSnapshot};
 use lance::index::DatasetIndexExt;
@@ -14,6 +14,9 @@ use lance::index::DatasetIndexExt;
 use super::{Installed, require};
 use crate::error::{ApiError, ApiResult};
 use crate::store::{Projection, QuerySpec, Store};
+
+/// The most rows one LSM delete may remove.
+const MAX_DELETED_KEYS: usize = 1_000_000;
 
 /// A query over an LSM table, planned by lance's LSM scanner.
 pub struct LsmRead {
@@ -197,11 +200,22 @@ impl Store {
             .map_err(ApiError::from)?
             .filter(predicate)
             .map_err(ApiError::from)?;
-        let stream = scanner.try_into_stream().await.map_err(unplannable)?;
-        stream
-            .try_collect::<Vec<_>>()
-            .await
-            .map_err(|e| ApiError::from(lance_core::Error::from(e)))
+        let mut stream = scanner.try_into_stream().await.map_err(unplannable)?;
+        // A tombstone per key, held in memory until written: a bulk delete is bounded.
+        let (mut keys, mut n) = (Vec::new(), 0usize);
+        while let Some(batch) = stream.next().await {
+            let batch = batch.map_err(|e| ApiError::from(lance_core::Error::from(e)))?;
+            n += batch.num_rows();
+            if n > MAX_DELETED_KEYS {
+                return Err(ApiError::invalid(format!(
+                    "the predicate matches more than {MAX_DELETED_KEYS} rows: an LSM delete writes \
+                     a tombstone per key; for a bulk delete run checkpoint_lsm and \
+                     unset_lsm_write_spec first"
+                )));
+            }
+            keys.push(batch);
+        }
+        Ok(keys)
     }
 }
 

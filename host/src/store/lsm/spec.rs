@@ -72,12 +72,26 @@ pub(super) fn apply_writer_defaults(
                 "writer_config_defaults.{key}: '{value}' is not a valid value"
             ))
         };
-        let size = || value.parse::<usize>().map_err(|_| bad());
+        // Lance sizes allocations by some of these (a memtable's batch slots and index), so
+        // each is bounded: a spec must not be able to make a writer ask for terabytes.
+        let size = || {
+            let n = value.parse::<usize>().map_err(|_| bad())?;
+            let most = max_setting(key);
+            if n > most {
+                return Err(ApiError::invalid(format!(
+                    "writer_config_defaults.{key}: {n} is above the most Lancet allows ({most})"
+                )));
+            }
+            Ok(n)
+        };
         let millis = || {
-            value
-                .parse::<u64>()
-                .map(Duration::from_millis)
-                .map_err(|_| bad())
+            let ms = value.parse::<u64>().map_err(|_| bad())?;
+            if ms > 3_600_000 {
+                return Err(ApiError::invalid(format!(
+                    "writer_config_defaults.{key}: {ms} ms is above an hour"
+                )));
+            }
+            Ok(Duration::from_millis(ms))
         };
         match key.as_str() {
             "durable_write" => config.durable_write = value.parse().map_err(|_| bad())?,
@@ -121,6 +135,20 @@ pub(super) fn apply_writer_defaults(
         );
     }
     Ok(())
+}
+
+/// The largest value a spec may give a size setting.
+fn max_setting(key: &str) -> usize {
+    match key {
+        "max_memtable_rows" => 1_000_000,
+        "max_memtable_batches" => 100_000,
+        "max_memtable_size" => 4 << 30,
+        "max_unflushed_memtable_bytes" => 8 << 30,
+        "max_wal_buffer_size" => 256 << 20,
+        "max_wal_persist_retries" => 100,
+        "manifest_scan_batch_size" => 64,
+        _ => usize::MAX,
+    }
 }
 
 impl Store {

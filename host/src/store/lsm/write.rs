@@ -185,6 +185,14 @@ fn route(
                 .or_default()
                 .push(row as u32);
         }
+        if groups.len() > super::MAX_SHARDS_PER_TABLE {
+            return Err(ApiError::invalid(format!(
+                "these rows fall in {} shards, more than the {} a table may have: shard by a \
+                 column with fewer values, or use bucket sharding",
+                groups.len(),
+                super::MAX_SHARDS_PER_TABLE
+            )));
+        }
         for (value, rows) in groups {
             let shard = shard_id(installed.seed(), spec.spec_id, &value);
             let part = if rows.len() == batch.num_rows() {
