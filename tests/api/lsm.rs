@@ -397,6 +397,18 @@ async fn lsm_calls_refuse_what_they_cannot_do_by_name() {
         assert_eq!(st, 400, "{query}: {b}");
         assert!(b["error"].as_str().unwrap().contains(names), "{query}: {b}");
     }
+    // Commits straight to the table: a multipart write, a restore.
+    for (path, body) in [
+        ("/v1/table/t/multipart_write/create", json!({})),
+        ("/v1/table/t/restore", json!({"version": 1})),
+    ] {
+        let (st, b) = s.post(path, body).await;
+        assert_error(st, &b, 400, 13);
+        assert!(
+            b["error"].as_str().unwrap().contains("LSM write spec"),
+            "{path}: {b}"
+        );
+    }
     // Reads lance cannot plan over memtables say so; the lancedb client's hybrid search falls
     // back on exactly "does not support with_row_id".
     let (st, b) = s

@@ -188,7 +188,9 @@ async fn lsm_table(
     let table = match app.store.lsm_table(location, branch).await {
         Ok(t) => t,
         // A table that does not exist (yet: a declared one) has no spec; the write says why.
-        Err(_) if use_lsm != Some(true) => None,
+        // Any other failure is answered: a write must not take the plain path because the
+        // look at the spec failed.
+        Err(e) if e.code == ErrorCode::TableNotFound && use_lsm != Some(true) => None,
         Err(e) => return Err(e),
     };
     match (table, use_lsm) {
@@ -199,6 +201,19 @@ async fn lsm_table(
         (None, _) => Ok(None),
         (Some(_), Some(false)) => Err(lsm_refusal(what)),
         (Some(t), _) => Ok(Some(t)),
+    }
+}
+
+/// Refuse a write that would bypass the LSM tiers of a table with an LSM write spec.
+pub(super) async fn refuse_on_lsm_table(
+    app: &AppState,
+    location: &str,
+    branch: Option<&str>,
+    what: &str,
+) -> ApiResult<()> {
+    match lsm_table(app, location, branch, None, what).await? {
+        Some(_) => Err(lsm_refusal(what)),
+        None => Ok(()),
     }
 }
 
@@ -252,10 +267,18 @@ async fn lsm_merge_insert(
         return refuse("when_not_matched_by_source_delete");
     }
     let hook = app.virtual_columns.insert_hook(target.caller.tenant());
-    let done = app
+    let write = app
         .store
-        .lsm_upsert(location, table, body.batches, Some(&*hook))
-        .await?;
+        .lsm_upsert(location, table, body.batches, Some(&*hook));
+    let done = match opts.timeout {
+        Some(t) => tokio::time::timeout(t, write).await.map_err(|_| {
+            ApiError::unavailable(format!(
+                "the LSM merge_insert did not finish within {}; an upsert is safe to send again",
+                humantime::format_duration(t)
+            ))
+        })?,
+        None => write.await,
+    }?;
     // An LSM upsert reads nothing, so it cannot tell inserts from updates: `num_rows` is what
     // it wrote. The table's version is unchanged (the rows are in its WAL and memtables).
     Ok(reply(json!({
@@ -309,12 +332,7 @@ pub async fn update(
     }
     let location = target.catalog.locate(&target.id).await?;
     let branch = target.branch(&body.common.branch);
-    if lsm_table(&app, &location, branch.as_deref(), None, "update")
-        .await?
-        .is_some()
-    {
-        return Err(lsm_refusal("update"));
-    }
+    refuse_on_lsm_table(&app, &location, branch.as_deref(), "update").await?;
     let (rows, version) = app
         .store
         .update(

@@ -44,6 +44,9 @@ pub async fn create(State(app): State<AppState>, target: Target) -> ApiResult<Re
             target.name()
         )));
     }
+    // A multipart write commits straight to the table.
+    super::data::refuse_on_lsm_table(&app, &location, branch.as_deref(), "a multipart write")
+        .await?;
     let ds = app.store.latest(&location, branch.as_deref()).await?;
     let upload = Upload {
         table: target.id.clone(),

@@ -168,6 +168,8 @@ pub async fn restore(
     }
     let location = target.catalog.locate(&target.id).await?;
     let branch = target.branch(&body.common.branch);
+    // A restore would bring back an older record of what the LSM tiers have merged.
+    super::data::refuse_on_lsm_table(&app, &location, branch.as_deref(), "restore").await?;
     let new_version = app
         .store
         .restore(&location, branch.as_deref(), version as u64)

@@ -277,7 +277,9 @@ impl Store {
             .unwrap()
             .retain(|(loc, _), _| loc != location);
         // Shard writers of a dropped table: their WAL is gone with it.
-        drop(self.lsm.take_all(location));
+        for writer in self.lsm.take_all(location) {
+            lsm::retire(writer);
+        }
     }
 
     /// Serialise writers of one (table, branch) inside this process.

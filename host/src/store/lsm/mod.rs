@@ -131,7 +131,8 @@ impl Writers {
             .and_then(|cell| cell.get().cloned())
     }
 
-    /// Forget a writer (fenced out, poisoned or closed); the next use opens a new one.
+    /// Forget a writer (fenced out or poisoned); the next use opens a new one, and this one is
+    /// retired.
     fn drop_writer(&self, location: &str, shard: Uuid, writer: &Arc<ShardWriter>) {
         let mut open = self.open.lock().unwrap();
         let key = (location.to_string(), shard);
@@ -141,6 +142,7 @@ impl Writers {
             .is_some_and(|w| Arc::ptr_eq(w, writer))
         {
             open.remove(&key);
+            retire(writer.clone());
         }
     }
 
@@ -419,14 +421,13 @@ impl Store {
         let writers = self.lsm.take_all(location);
         let n = writers.len();
         for writer in writers {
-            // Another holder of the Arc (a request still running) keeps it alive; it is
-            // closed once that finishes.
             match Arc::try_unwrap(writer) {
                 Ok(w) => w.close().await.map_err(ApiError::from)?,
+                // A request still running holds it: flush now, close once it is done.
                 Err(shared) => {
-                    shared
-                        .force_freeze_active()
-                        .await
+                    let fence = shared.force_freeze_active().await;
+                    retire(shared);
+                    fence
                         .map_err(ApiError::from)?
                         .wait()
                         .await
@@ -465,6 +466,32 @@ impl Store {
         }
         Ok(frozen)
     }
+}
+
+/// Close a writer taken out of the registry once nothing else holds it. A lance shard writer
+/// runs background tasks (WAL ticker, flush handlers) until it is closed; dropping it would
+/// leave them running.
+pub(super) fn retire(writer: Arc<ShardWriter>) {
+    tokio::spawn(async move {
+        let mut writer = writer;
+        loop {
+            match Arc::try_unwrap(writer) {
+                Ok(w) => {
+                    let shard = w.shard_id();
+                    // A fenced writer cannot flush; its rows are in the WAL the new holder
+                    // replayed, and its tasks stop all the same.
+                    if let Err(e) = w.close().await {
+                        tracing::debug!(%shard, error = %e, "retired shard writer closed with an error");
+                    }
+                    return;
+                }
+                Err(shared) => {
+                    writer = shared;
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    });
 }
 
 fn require(installed: Option<Installed>) -> ApiResult<Installed> {
