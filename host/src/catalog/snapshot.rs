@@ -31,7 +31,7 @@ use crate::error::{ApiError, ApiResult};
 
 /// How much older than a snapshot's read its directory time must be for the snapshot to be
 /// kept (Linux file times advance in clock ticks of 1-10 ms).
-const GRACE: Duration = Duration::from_millis(100);
+use crate::store::stamp::GRACE;
 
 /// What separates the levels of an id in `object_id` (lance-namespace's manifest format).
 pub const DELIMITER: &str = "$";

@@ -18,6 +18,7 @@ pub mod lsm;
 mod prewarm;
 mod query;
 mod staged;
+pub(crate) mod stamp;
 mod upkeep;
 mod vector_cache;
 mod views;
@@ -64,6 +65,10 @@ struct Cached {
     ds: Arc<Dataset>,
     /// When it was last known to be the latest version (taken before the check began).
     checked: Instant,
+    /// On a local root, the `_versions` directory time read before the check that found
+    /// `ds` latest, when old enough to be a stamp (see [`stamp`]): while the directory still
+    /// has this time, `ds` is still the latest version.
+    dir_time: Option<std::time::SystemTime>,
 }
 
 /// Which state of a table a request reads: a branch (None = main) and a version (None = latest).
@@ -140,21 +145,34 @@ impl Store {
     pub async fn latest(&self, location: &str, branch: Option<&str>) -> ApiResult<Arc<Dataset>> {
         let key = (location.to_string(), branch.map(str::to_string));
         let began = Instant::now();
-        let cached = self.cache.lock().unwrap().get(&key).map(|c| c.ds.clone());
-        if let Some(ds) = cached {
+        let cached = self
+            .cache
+            .lock()
+            .unwrap()
+            .get(&key)
+            .map(|c| (c.ds.clone(), c.dir_time));
+        if let Some((ds, dir_time)) = cached {
+            let dir = stamp::versions_dir(ds.uri()).and_then(|d| stamp::read(&d));
+            if let (Some((now, _)), Some(then)) = (dir, dir_time)
+                && now == then
+            {
+                self.checked(&key, ds.version().version, began, dir_time);
+                return Ok(ds);
+            }
+            let dir_time = dir.and_then(|(t, settled)| settled.then_some(t));
             let latest = ds.latest_version_id().await.map_err(ApiError::from)?;
             if latest == ds.version().version {
-                self.checked(&key, latest, began);
+                self.checked(&key, latest, began, dir_time);
                 return Ok(ds);
             }
             let mut fresh = (*ds).clone();
             fresh.checkout_latest().await.map_err(ApiError::from)?;
             let fresh = Arc::new(fresh);
-            self.remember_checked(key, fresh.clone(), began);
+            self.remember_checked(key, fresh.clone(), began, dir_time);
             return Ok(fresh);
         }
         let ds = Arc::new(self.load(location, branch).await?);
-        self.remember_checked(key, ds.clone(), began);
+        self.remember_checked(key, ds.clone(), began, None);
         Ok(ds)
     }
 
@@ -232,10 +250,16 @@ impl Store {
     /// it.
     pub fn remember(&self, location: &str, branch: Option<&str>, ds: Arc<Dataset>) {
         let key = (location.to_string(), branch.map(str::to_string));
-        self.remember_checked(key, ds, Instant::now());
+        self.remember_checked(key, ds, Instant::now(), None);
     }
 
-    fn remember_checked(&self, key: Key, ds: Arc<Dataset>, checked: Instant) {
+    fn remember_checked(
+        &self,
+        key: Key,
+        ds: Arc<Dataset>,
+        checked: Instant,
+        dir_time: Option<std::time::SystemTime>,
+    ) {
         let mut cache = self.cache.lock().unwrap();
         // Never replace a newer dataset with an older one (two writers finishing out of order).
         if let Some(old) = cache.get(&key)
@@ -243,16 +267,31 @@ impl Store {
         {
             return;
         }
-        cache.insert(key, Cached { ds, checked });
+        cache.insert(
+            key,
+            Cached {
+                ds,
+                checked,
+                dir_time,
+            },
+        );
     }
 
-    /// The cached dataset of `key` was found to be `version`, the latest, at `checked`.
-    fn checked(&self, key: &Key, version: u64, checked: Instant) {
+    /// The cached dataset of `key` was found to be `version`, the latest, at `checked`, with
+    /// its `_versions` directory at `dir_time` (when a stamp).
+    fn checked(
+        &self,
+        key: &Key,
+        version: u64,
+        checked: Instant,
+        dir_time: Option<std::time::SystemTime>,
+    ) {
         if let Some(c) = self.cache.lock().unwrap().get_mut(key)
             && c.ds.version().version == version
             && c.checked < checked
         {
             c.checked = checked;
+            c.dir_time = dir_time;
         }
     }
 
@@ -393,5 +432,47 @@ mod tests {
         let ds = store.read(&location, &at).await.unwrap();
         assert_eq!(ds.version().version, 3);
         assert_eq!(ds.count_rows(None).await.unwrap(), 20);
+    }
+
+    /// With no interval, every read sees another process's commit: when the `_versions`
+    /// directory time is too fresh to be a stamp, when it has settled (then one `stat` says the
+    /// cached version is still the latest), and right after a commit lands in the same clock
+    /// tick as a settled check.
+    #[tokio::test]
+    async fn a_local_stamp_never_hides_another_process_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let location = dir.path().join("t.lance").to_string_lossy().to_string();
+        let store = Store::new(Arc::new(Session::default()), 0, Default::default());
+        let (batch, schema) = rows(10);
+        store
+            .create_at(&location, vec![batch], schema, WriteMode::Create)
+            .await
+            .unwrap();
+        let at = At::default();
+        let version = |ds: Arc<Dataset>| ds.version().version;
+        let mut expected = 1;
+        for round in 0..6 {
+            // Alternate fresh directory times with settled ones.
+            if round % 2 == 1 {
+                tokio::time::sleep(stamp::GRACE + Duration::from_millis(20)).await;
+            }
+            assert_eq!(version(store.read(&location, &at).await.unwrap()), expected);
+            assert_eq!(version(store.read(&location, &at).await.unwrap()), expected);
+            append_elsewhere(&location).await;
+            expected += 1;
+            assert_eq!(
+                version(store.read(&location, &at).await.unwrap()),
+                expected,
+                "round {round}"
+            );
+        }
+        let key = (location.clone(), None);
+        tokio::time::sleep(stamp::GRACE + Duration::from_millis(20)).await;
+        store.read(&location, &at).await.unwrap();
+        store.read(&location, &at).await.unwrap();
+        assert!(
+            store.cache.lock().unwrap()[&key].dir_time.is_some(),
+            "a settled directory time is kept as the stamp"
+        );
     }
 }

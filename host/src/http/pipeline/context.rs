@@ -71,7 +71,14 @@ pub async fn map_context(request: Request, next: Next) -> Response {
             "answer too large to map its context",
         ));
     };
-    let Ok(Value::Object(mut map)) = serde_json::from_slice::<Value>(&bytes) else {
+    // Only an object answer gets a context: skip parsing bare values (a count, a list).
+    let object = bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    let parsed = if object {
+        serde_json::from_slice::<Value>(&bytes).ok()
+    } else {
+        None
+    };
+    let Some(Value::Object(mut map)) = parsed else {
         return Response::from_parts(parts, Body::from(bytes));
     };
     let context = map
@@ -109,7 +116,12 @@ async fn request_headers_from_context(request: Request) -> Result<Request, Box<R
     let bytes = to_bytes(body, MAX_JSON)
         .await
         .map_err(|e| Box::new(plain(super::body::body_error(&e))))?;
-    if let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(&bytes)
+    // Most bodies carry no context: a scan for the key (or for an escape that could spell
+    // it) is far cheaper than a parse.
+    let mentioned = memchr::memmem::find(&bytes, b"\"context\"").is_some()
+        || memchr::memmem::find(&bytes, b"\\u").is_some();
+    if mentioned
+        && let Ok(Value::Object(map)) = serde_json::from_slice::<Value>(&bytes)
         && let Some(Value::Object(ctx)) = map.get("context")
     {
         for (key, value) in ctx {

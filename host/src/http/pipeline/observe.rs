@@ -7,12 +7,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use axum::body::Body;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use http_body_util::BodyExt;
+use http_body::{Frame, SizeHint};
 use tracing::Span;
 
 use crate::error::ApiError;
@@ -63,14 +66,7 @@ pub async fn record_metrics(State(app): State<AppState>, request: Request, next:
     let bytes_in = Arc::new(AtomicU64::new(0));
     let request = {
         let counter = bytes_in.clone();
-        request.map(|body| {
-            Body::new(body.map_frame(move |frame| {
-                if let Some(data) = frame.data_ref() {
-                    counter.fetch_add(data.len() as u64, Ordering::Relaxed);
-                }
-                frame
-            }))
-        })
+        request.map(|body| Counted::body(body, move |n| counter.fetch_add(n, Ordering::Relaxed)))
     };
     let in_flight = InFlight::enter(&app);
     let response = next.run(request).await;
@@ -106,14 +102,48 @@ pub async fn record_metrics(State(app): State<AppState>, request: Request, next:
     // Answers may stream after this returns: count their bytes as they go, on a counter looked
     // up once (it shares its value with the family's).
     let bytes_out = metrics.bytes_out.get_or_create(&labels).clone();
-    response.map(move |body| {
-        Body::new(body.map_frame(move |frame| {
-            if let Some(data) = frame.data_ref() {
-                bytes_out.inc_by(data.len() as u64);
-            }
-            frame
-        }))
-    })
+    response.map(move |body| Counted::body(body, move |n| bytes_out.inc_by(n)))
+}
+
+/// A body that reports the length of each data frame as it passes. Unlike a `map_frame`
+/// wrapper it keeps the body's size hint, so an answer of known length goes out with a
+/// `content-length` in one write rather than chunked (a second write and the client's wait
+/// for the terminating chunk, on every request).
+struct Counted<F> {
+    inner: Body,
+    count: F,
+}
+
+impl<F: FnMut(u64) -> u64 + Send + Unpin + 'static> Counted<F> {
+    fn body(inner: Body, count: F) -> Body {
+        Body::new(Counted { inner, count })
+    }
+}
+
+impl<F: FnMut(u64) -> u64 + Unpin> HttpBody for Counted<F> {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled
+            && let Some(data) = frame.data_ref()
+        {
+            (self.count)(data.len() as u64);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// Counts a request in flight until dropped, so a request whose client went away (its

@@ -77,7 +77,13 @@ pub struct Writers {
     /// The WAL group-commit window of writers this server opens (`--lsm-wal-flush-interval`),
     /// unless the table's spec records its own.
     wal_flush_interval: Mutex<Option<Duration>>,
+    /// Per dataset uri, the version last asked about and its MemWAL index: every read and
+    /// write asks, and a version's answer never changes (a spec set or unset is a commit).
+    installed: Mutex<HashMap<String, (u64, Option<Installed>)>>,
 }
+
+/// Dataset uris whose answer [`Writers::installed`] keeps before starting over.
+const MAX_INSTALLED_ENTRIES: usize = 10_000;
 
 impl Default for Writers {
     fn default() -> Self {
@@ -87,6 +93,7 @@ impl Default for Writers {
             ours: Mutex::default(),
             gates: Mutex::default(),
             wal_flush_interval: Mutex::default(),
+            installed: Mutex::default(),
         }
     }
 }
@@ -195,6 +202,22 @@ impl Store {
         if ds.manifest.index_section.is_none() {
             return Ok(None);
         }
+        let version = ds.version().version;
+        if let Some((v, answer)) = self.lsm.installed.lock().unwrap().get(ds.uri())
+            && *v == version
+        {
+            return Ok(answer.clone());
+        }
+        let answer = self.read_installed(ds).await?;
+        let mut known = self.lsm.installed.lock().unwrap();
+        if known.len() >= MAX_INSTALLED_ENTRIES {
+            known.clear();
+        }
+        known.insert(ds.uri().to_string(), (version, answer.clone()));
+        Ok(answer)
+    }
+
+    async fn read_installed(&self, ds: &Dataset) -> ApiResult<Option<Installed>> {
         let has = ds
             .load_indices()
             .await
