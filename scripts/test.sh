@@ -12,6 +12,14 @@ export LANCET_PLUGINS_DIR="${LANCET_PLUGINS_DIR:-$HOME/.cache/lancet-plugins-tar
 
 source scripts/setup.sh plugins
 
+# A reused target directory keeps one incremental-compilation cache per crate and target per
+# compiler session; old ones are never read again (25 GB of them filled the disk here in a week).
+# Those untouched for two days go (cargo rebuilds what it needs).
+if [ -d "$CARGO_TARGET_DIR/debug/incremental" ]; then
+  find "$CARGO_TARGET_DIR/debug/incremental" -mindepth 1 -maxdepth 1 -type d -mtime +2 \
+    -exec rm -rf {} + 2>/dev/null || true
+fi
+
 if [ -f plugins/build.sh ]; then
   echo "== building UDF plugins"
   CARGO_TARGET_DIR="$HOME/.cache/lancet-plugins-target" bash plugins/build.sh

@@ -302,8 +302,7 @@ async fn main() {
         0 => json!({"mode": "unsharded"}),
         n => json!({"mode": "bucket", "column": "id", "num_buckets": n}),
     };
-    let me = std::env::current_exe().unwrap();
-    let bin = me.parent().unwrap().parent().unwrap().join("lancet");
+    let bin = served::server_binary();
     let dir = tempfile::tempdir().unwrap();
     let served = Served::start_with(
         &bin,

@@ -208,13 +208,7 @@ impl Setup {
 async fn main() {
     let rows = arg("--rows", 20_000) as i64;
     let secs = arg("--secs", 5) as u64;
-    let bin = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("lancet");
+    let bin = served::server_binary();
     let (endpoint, mut moto_child) = moto();
     let store_env = [
         ("AWS_ENDPOINT", endpoint.as_str()),

@@ -343,13 +343,7 @@ async fn main() {
     let rows = arg("--rows", 100_000);
     let n = arg("--n", 400);
     let secs = arg("--secs", 4) as f64;
-    let bin = std::env::current_exe()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("lancet");
+    let bin = served::server_binary();
     let dir = tempfile::tempdir().unwrap();
     let served = Served::start_with(
         &bin,

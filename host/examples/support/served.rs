@@ -65,6 +65,16 @@ impl Drop for Served {
     }
 }
 
+/// The `lancet` binary built beside the running bench (`target/<profile>/examples/..`).
+#[allow(dead_code)]
+pub fn server_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the bench's own path");
+    exe.parent()
+        .and_then(|examples| examples.parent())
+        .expect("the bench runs from target/<profile>/examples")
+        .join("lancet")
+}
+
 pub fn client(key: &str) -> reqwest::Client {
     let mut headers = reqwest::header::HeaderMap::new();
     headers.insert(

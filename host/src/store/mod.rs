@@ -390,17 +390,24 @@ mod tests {
         .unwrap();
     }
 
-    #[tokio::test]
-    async fn reads_trust_a_check_for_the_interval_and_recheck_when_told() {
+    /// A 10-row table at version 1 in a fresh directory, and a store reading it with
+    /// `interval`.
+    async fn table(interval: Duration) -> (tempfile::TempDir, String, Store) {
         let dir = tempfile::tempdir().unwrap();
         let location = dir.path().join("t.lance").to_string_lossy().to_string();
         let store = Store::new(Arc::new(Session::default()), 0, Default::default())
-            .with_read_consistency(Duration::from_secs(3600));
+            .with_read_consistency(interval);
         let (batch, schema) = rows(10);
         store
             .create_at(&location, vec![batch], schema, WriteMode::Create)
             .await
             .unwrap();
+        (dir, location, store)
+    }
+
+    #[tokio::test]
+    async fn reads_trust_a_check_for_the_interval_and_recheck_when_told() {
+        let (_dir, location, store) = table(Duration::from_secs(3600)).await;
         let at = At::default();
         assert_eq!(
             store.read(&location, &at).await.unwrap().version().version,
@@ -440,14 +447,7 @@ mod tests {
     /// tick as a settled check.
     #[tokio::test]
     async fn a_local_stamp_never_hides_another_process_commit() {
-        let dir = tempfile::tempdir().unwrap();
-        let location = dir.path().join("t.lance").to_string_lossy().to_string();
-        let store = Store::new(Arc::new(Session::default()), 0, Default::default());
-        let (batch, schema) = rows(10);
-        store
-            .create_at(&location, vec![batch], schema, WriteMode::Create)
-            .await
-            .unwrap();
+        let (_dir, location, store) = table(Duration::ZERO).await;
         let at = At::default();
         let version = |ds: Arc<Dataset>| ds.version().version;
         let mut expected = 1;
