@@ -256,3 +256,91 @@ async fn batch_commit_publishes_a_staged_manifest() {
     let (st, _) = s.post("/v1/table/third/exists", json!({})).await;
     assert_eq!(st, 404);
 }
+
+/// Answers of known size carry `content-length` (one write, no chunk framing), through every
+/// layer that wraps bodies (the metrics byte counters, the context mapping), and the bytes are
+/// still counted.
+#[tokio::test]
+async fn answers_of_known_size_carry_their_length() {
+    let s = Server::start().await;
+    s.create_table("len", 5).await;
+    let sent = |r: &reqwest::Response| {
+        assert!(
+            r.headers().get("transfer-encoding").is_none(),
+            "{:?}",
+            r.headers()
+        );
+        r.headers()["content-length"]
+            .to_str()
+            .unwrap()
+            .parse::<usize>()
+            .unwrap()
+    };
+    let response_bytes = |metrics: &str, route: &str| -> u64 {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("lancet_http_response_bytes_total"))
+            .filter(|l| l.contains(&format!("route=\"{route}\"")))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+            .sum()
+    };
+
+    // A bare JSON value (count_rows) and a JSON object the context layer rewrites (describe).
+    let r = s
+        .client
+        .post(s.url("/v1/table/len/count_rows"))
+        .json(&json!({"predicate": "id >= 2"}))
+        .send()
+        .await
+        .unwrap();
+    let count_length = sent(&r);
+    let body = r.text().await.unwrap();
+    assert_eq!((count_length, body.trim()), (body.len(), "3"));
+    let r = s
+        .client
+        .post(s.url("/v1/table/len/describe"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    let length = sent(&r);
+    let body = r.bytes().await.unwrap();
+    assert_eq!(length, body.len());
+    let described: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert!(described["context"].is_object(), "{described}");
+
+    // A small Arrow answer is encoded whole.
+    let r = s
+        .client
+        .post(s.url("/v1/table/len/query"))
+        .header("accept", "application/vnd.apache.arrow.stream")
+        .json(&json!({"filter": "id < 3", "k": 10, "vector": {}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let length = sent(&r);
+    let body = r.bytes().await.unwrap();
+    assert_eq!(length, body.len());
+    let rows: usize = arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(body), None)
+        .unwrap()
+        .map(|b| b.unwrap().num_rows())
+        .sum();
+    assert_eq!(rows, 3);
+
+    let metrics = s
+        .client
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        response_bytes(&metrics, "/v1/table/{id}/count_rows") as usize,
+        count_length,
+        "the count's answer bytes are counted: {metrics}"
+    );
+    assert!(response_bytes(&metrics, "/v1/table/{id}/query") as usize >= length);
+}
