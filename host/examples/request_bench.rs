@@ -345,13 +345,16 @@ async fn main() {
     let secs = arg("--secs", 4) as f64;
     let bin = served::server_binary();
     let dir = tempfile::tempdir().unwrap();
-    let served = Served::start_with(
-        &bin,
-        dir.path().to_str().unwrap(),
-        &[],
-        &[("LANCET_BOOTSTRAP_KEY", KEY), ("LANCET_UPKEEP", "false")],
-    );
-    let base = served.base.clone();
+    let start = || {
+        Served::start_with(
+            &bin,
+            dir.path().to_str().unwrap(),
+            &[],
+            &[("LANCET_BOOTSTRAP_KEY", KEY), ("LANCET_UPKEEP", "false")],
+        )
+    };
+    let mut served = start();
+    let mut base = served.base.clone();
     let http = client(KEY);
     let per = rows / 40;
     for k in 0..40 {
@@ -380,6 +383,13 @@ async fn main() {
     println!(
         "{rows} rows in 40 fragments; {n} sequential calls per latency, {secs} s per throughput"
     );
+    // `--restart`: measure a server started afresh on the loaded table (its datasets opened
+    // from disk, as the in-process side's are) rather than the one that wrote it.
+    if std::env::args().any(|a| a == "--restart") {
+        drop(served);
+        served = start();
+        base = served.base.clone();
+    }
     // `--hold <vector|fts|count> --secs S`: only that read through Lancet at 1 client for S
     // seconds, the server's pid printed first: for a profiler attached to the server.
     if let Some(read) = hold() {
