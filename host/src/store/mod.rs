@@ -153,15 +153,17 @@ impl Store {
             .map(|c| (c.ds.clone(), c.dir_time));
         if let Some((ds, dir_time)) = cached {
             let dir = stamp::versions_dir(ds.uri()).and_then(|d| stamp::read(&d));
+            // `manifest.version`, not `version()`: the latter builds the version's metadata
+            // map, on every read.
             if let (Some((now, _)), Some(then)) = (dir, dir_time)
                 && now == then
             {
-                self.checked(&key, ds.version().version, began, dir_time);
+                self.checked(&key, ds.manifest.version, began, dir_time);
                 return Ok(ds);
             }
             let dir_time = dir.and_then(|(t, settled)| settled.then_some(t));
             let latest = ds.latest_version_id().await.map_err(ApiError::from)?;
-            if latest == ds.version().version {
+            if latest == ds.manifest.version {
                 self.checked(&key, latest, began, dir_time);
                 return Ok(ds);
             }
@@ -287,7 +289,7 @@ impl Store {
         dir_time: Option<std::time::SystemTime>,
     ) {
         if let Some(c) = self.cache.lock().unwrap().get_mut(key)
-            && c.ds.version().version == version
+            && c.ds.manifest.version == version
             && c.checked < checked
         {
             c.checked = checked;
@@ -466,6 +468,29 @@ mod tests {
                 "round {round}"
             );
         }
+        // A branch has a `_versions` of its own (`tree/<branch>`): its stamp is that one.
+        let mut main = Dataset::open(&location).await.unwrap();
+        main.create_branch("b", expected, None).await.unwrap();
+        let branch = At::new(Some("b".to_string()), None).unwrap();
+        tokio::time::sleep(stamp::GRACE + Duration::from_millis(20)).await;
+        assert_eq!(
+            version(store.read(&location, &branch).await.unwrap()),
+            expected
+        );
+        assert_eq!(
+            version(store.read(&location, &branch).await.unwrap()),
+            expected
+        );
+        let mut b = main.checkout_branch("b").await.unwrap();
+        let (batch, schema) = rows(5);
+        b.append(RecordBatchIterator::new([Ok(batch)], schema), None)
+            .await
+            .unwrap();
+        let on_branch = store.read(&location, &branch).await.unwrap();
+        assert_eq!(version(on_branch.clone()), expected + 1);
+        assert_eq!(on_branch.count_rows(None).await.unwrap(), 10 + 5 * 7);
+        assert_eq!(version(store.read(&location, &at).await.unwrap()), expected);
+
         let key = (location.clone(), None);
         tokio::time::sleep(stamp::GRACE + Duration::from_millis(20)).await;
         store.read(&location, &at).await.unwrap();

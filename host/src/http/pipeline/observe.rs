@@ -66,7 +66,11 @@ pub async fn record_metrics(State(app): State<AppState>, request: Request, next:
     let bytes_in = Arc::new(AtomicU64::new(0));
     let request = {
         let counter = bytes_in.clone();
-        request.map(|body| Counted::body(body, move |n| counter.fetch_add(n, Ordering::Relaxed)))
+        request.map(|body| {
+            Counted::body(body, move |n| {
+                counter.fetch_add(n, Ordering::Relaxed);
+            })
+        })
     };
     let in_flight = InFlight::enter(&app);
     let response = next.run(request).await;
@@ -102,7 +106,11 @@ pub async fn record_metrics(State(app): State<AppState>, request: Request, next:
     // Answers may stream after this returns: count their bytes as they go, on a counter looked
     // up once (it shares its value with the family's).
     let bytes_out = metrics.bytes_out.get_or_create(&labels).clone();
-    response.map(move |body| Counted::body(body, move |n| bytes_out.inc_by(n)))
+    response.map(move |body| {
+        Counted::body(body, move |n| {
+            bytes_out.inc_by(n);
+        })
+    })
 }
 
 /// A body that reports the length of each data frame as it passes. Unlike a `map_frame`
@@ -114,13 +122,13 @@ struct Counted<F> {
     count: F,
 }
 
-impl<F: FnMut(u64) -> u64 + Send + Unpin + 'static> Counted<F> {
+impl<F: FnMut(u64) + Send + Unpin + 'static> Counted<F> {
     fn body(inner: Body, count: F) -> Body {
         Body::new(Counted { inner, count })
     }
 }
 
-impl<F: FnMut(u64) -> u64 + Unpin> HttpBody for Counted<F> {
+impl<F: FnMut(u64) + Unpin> HttpBody for Counted<F> {
     type Data = Bytes;
     type Error = axum::Error;
 

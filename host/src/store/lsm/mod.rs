@@ -202,7 +202,7 @@ impl Store {
         if ds.manifest.index_section.is_none() {
             return Ok(None);
         }
-        let version = ds.version().version;
+        let version = ds.manifest.version;
         if let Some((v, answer)) = self.lsm.installed.lock().unwrap().get(ds.uri())
             && *v == version
         {
