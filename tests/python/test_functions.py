@@ -79,6 +79,36 @@ def more(t, xs):
     t.add(pa.table({"x": xs}, schema=pa.schema([pa.field("x", pa.int64(), nullable=False)])))
 
 
+def test_refresh_recomputes_rows_whose_inputs_changed(server):
+    db = connect(server)
+    fv = db.create_function(triple_plus_one)
+    t = table(db, "changing", n=20)
+    t.add_columns({"y": fv(x=col("x"))})
+    assert t.refresh_column_async("y").wait().rows_assigned == 20
+    # Nothing changed: nothing to compute.
+    assert t.refresh_column_async("y").wait().rows_assigned == 0
+
+    t.update(where="x = 3", values={"x": 300})
+    t.update(where="x >= 10 AND x < 12", values_sql={"x": "x + 1000"})
+    # An upsert that changes one row and inserts another.
+    (t.merge_insert("x").when_matched_update_all().when_not_matched_insert_all()
+     .execute(pa.table({"x": [5, 77]}, schema=pa.schema([pa.field("x", pa.int64(), nullable=False)]))))
+    stale = {r["x"]: r["y"] for r in rows(t)}
+    assert stale[300] == triple_plus_one(3) and stale[77] is None, "copied by the update, not recomputed"
+    # Compaction rewrites every fragment and keeps each row's last-written version.
+    assert server.post("/v1/table/test$changing/describe")["stats"]["num_fragments"] > 1
+    db.open_job(server.post("/v1/table/test$changing/optimize", {"action": "all"})["job_id"]).wait()
+    assert server.post("/v1/table/test$changing/describe")["stats"]["num_fragments"] == 1
+    result = t.refresh_column_async("y").wait()
+    assert result.rows_failed == 0
+    # 300, 1010, 1011, 5 (rewritten by the upsert) and 77 (new): nothing else.
+    assert result.rows_assigned == 5, result
+    got = rows(t)
+    assert len(got) == 21
+    assert [r["y"] for r in got] == [triple_plus_one(r["x"]) for r in got]
+    assert t.refresh_column_async("y").wait().rows_assigned == 0
+
+
 def test_secrets_are_stored_rotated_listed_and_never_returned(server):
     db = connect(server)
     db.create_secret("openai-prod", "sk-1")

@@ -183,6 +183,10 @@ def test_lancedb_null_and_computed_columns(lancet):
     job = t.refresh_column_async("doubled")
     job.wait()
     assert [(r["x"], r["doubled"]) for r in rows()] == [(1, 2), (2, 4), (3, 6), (10, 20)]
+    # An input changed: the next refresh recomputes that row (and only it).
+    t.update(where="x = 2", values={"x": 5})
+    assert t.refresh_column_async("doubled").wait().rows_assigned == 1
+    assert [(r["x"], r["doubled"]) for r in rows()] == [(1, 2), (3, 6), (5, 10), (10, 20)]
     try:
         t.add_columns(computed={"bad": "no_such_column + 1"})
         raise AssertionError("a computed column over a missing column was added")

@@ -65,6 +65,8 @@ pub struct BackfillSource {
     filter_sql: String,
     selector: Arc<dyn PhysicalExpr>,
     target: String,
+    /// The filter reads each row's last-written version (a refresh's changed rows).
+    lineage: bool,
 }
 
 impl std::fmt::Debug for BackfillSource {
@@ -75,6 +77,20 @@ impl std::fmt::Debug for BackfillSource {
             .field("target", &self.target)
             .finish()
     }
+}
+
+/// The per-row version of lance's row lineage: the version that last wrote the row.
+pub const LAST_UPDATED: &str = "_row_last_updated_at_version";
+
+/// `schema` with the lineage column appended, as lance's reader appends it.
+fn with_lineage(schema: &ArrowSchema) -> ArrowSchema {
+    let mut fields: Vec<_> = schema.fields().iter().cloned().collect();
+    fields.push(Arc::new(arrow_schema::Field::new(
+        LAST_UPDATED,
+        arrow_schema::DataType::UInt64,
+        true,
+    )));
+    ArrowSchema::new_with_metadata(fields, schema.metadata().clone())
 }
 
 fn bad_where(sql: &str, e: impl std::fmt::Display) -> ApiError {
@@ -94,14 +110,16 @@ impl Store {
     ) -> ApiResult<BackfillSource> {
         let ds = self.read(location, at).await?;
         let schema = ds.schema();
-        // Plan against the whole schema first: that names every column the filter reads.
-        let arrow_full = Arc::new(ArrowSchema::from(schema));
+        // Plan against the whole schema first (and the lineage column a refresh filters on):
+        // that names every column the filter reads.
+        let arrow_full = with_lineage(&ArrowSchema::from(schema));
         crate::sql_guard::check(filter_sql, "where")?;
-        let planner = Planner::new(arrow_full);
+        let planner = Planner::new(Arc::new(arrow_full));
         let expr = planner
             .parse_filter(filter_sql)
             .map_err(|e| bad_where(filter_sql, e))?;
         let referenced = Planner::column_names_in_expr(&expr);
+        let lineage = referenced.iter().any(|r| r == LAST_UPDATED);
         let mut columns: Vec<String> = Vec::new();
         for f in &schema.fields {
             let used = inputs.iter().any(|i| i == &f.name)
@@ -114,8 +132,13 @@ impl Store {
             }
         }
         let projection = schema.project(&columns).map_err(ApiError::from)?;
-        // Then compile against exactly the batches the reader will produce.
-        let planner = Planner::new(Arc::new(ArrowSchema::from(&projection)));
+        // Then compile against exactly the batches the reader will produce: the projection,
+        // then the lineage column if asked for (the reader appends it).
+        let mut read = ArrowSchema::from(&projection);
+        if lineage {
+            read = with_lineage(&read);
+        }
+        let planner = Planner::new(Arc::new(read));
         let expr = planner
             .parse_filter(filter_sql)
             .and_then(|e| planner.optimize_expr(e))
@@ -129,6 +152,7 @@ impl Store {
             filter_sql: filter_sql.to_string(),
             selector,
             target: target.to_string(),
+            lineage,
         })
     }
 
@@ -259,7 +283,9 @@ impl BackfillSource {
         let reader = frag
             .open(
                 &self.projection,
-                FragReadConfig::default().with_ignore_deletions(true),
+                FragReadConfig::default()
+                    .with_ignore_deletions(true)
+                    .with_row_last_updated_at_version(self.lineage),
             )
             .await
             .map_err(ApiError::from)?;

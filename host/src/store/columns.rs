@@ -218,7 +218,12 @@ impl Store {
         Ok((ds.version().version, fields))
     }
 
-    async fn evolve<F>(&self, location: &str, branch: Option<&str>, op: F) -> ApiResult<u64>
+    pub(super) async fn evolve<F>(
+        &self,
+        location: &str,
+        branch: Option<&str>,
+        op: F,
+    ) -> ApiResult<u64>
     where
         F: for<'a> FnOnce(
             &'a mut lance::Dataset,
@@ -232,7 +237,7 @@ impl Store {
     }
 
     /// Apply `op` to the latest version under the write lock; answers the new version.
-    async fn evolve_to<F>(
+    pub(super) async fn evolve_to<F>(
         &self,
         location: &str,
         branch: Option<&str>,

@@ -14,6 +14,7 @@ mod columns;
 mod flat_search;
 mod history;
 mod indexes;
+mod lineage;
 pub mod lsm;
 mod prewarm;
 mod query;

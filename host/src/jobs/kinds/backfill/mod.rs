@@ -2,6 +2,7 @@
 //! and written into the table, checkpointed and resumable (`run`), shared task by task with
 //! other nodes (`helper`), with the rows its UDF failed on recorded (`row_errors`).
 
+mod changed;
 mod helper;
 mod prepare;
 pub mod row_errors;
@@ -112,8 +113,18 @@ pub async fn submit(
     options: BackfillOptions,
 ) -> ApiResult<String> {
     let latest = app.store.latest(&location, branch.as_deref()).await?;
-    let spec = options.check(table_id, branch, latest.version().version)?;
+    let mut spec = options.check(table_id, branch, latest.version().version)?;
     crate::field_path::parse(&spec.column)?;
+    if options.is_plain_refresh()
+        && let Some(refresh) =
+            changed::refresh_of(app, &location, spec.branch.as_deref(), &spec.column).await?
+    {
+        // Giving the table stable row ids may have committed: read what is latest now.
+        let latest = app.store.latest(&location, spec.branch.as_deref()).await?;
+        spec.read_version = latest.version().version;
+        spec.filter = changed::filter(&spec.column, &refresh);
+        spec.refresh = Some(refresh);
+    }
     prepare::prepare(app, tenant, &location, &spec).await?;
     let column = spec.column.clone();
     let stored = JobSpec::new(&spec)?;

@@ -313,7 +313,21 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
             }
         }
     }
-    commit_when_full(&ctx, &mut queue, true).await
+    commit_when_full(&ctx, &mut queue, true).await?;
+    // The versions this job's commits made, when it committed everything it selected.
+    let own = job.snapshot().plan.and_then(|p| {
+        p.fragments
+            .iter()
+            .map(|f| match f.status {
+                FragmentStatus::Committed { version, .. } => Some(Some(version)),
+                FragmentStatus::Unselected => Some(None),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()
+            .map(|v| v.into_iter().flatten().collect::<Vec<u64>>())
+    });
+    super::changed::record(&ctx.app, &ctx.location, &ctx.spec, own).await;
+    Ok(())
 }
 
 /// Fragments, rows each selects, and the task size.

@@ -52,6 +52,27 @@ pub struct BackfillSpec {
     pub commit_granularity: usize,
     pub cluster: String,
     pub manifest: Option<String>,
+    /// Set for a refresh of a declared column (see `changed`): the filter also selects rows
+    /// written since the last complete refresh, and finishing records this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refresh: Option<Refresh>,
+}
+
+/// A declared column's refresh: which field it records its read under, and what the previous
+/// complete refresh recorded (None: there was none).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refresh {
+    pub field_id: i32,
+    pub since: Option<RefreshMark>,
+}
+
+/// What a complete refresh leaves behind: the version it read, and the versions its own
+/// commits made (lance stamps every row of a replaced fragment as written by the commit).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RefreshMark {
+    pub read: u64,
+    #[serde(default)]
+    pub own: Vec<u64>,
 }
 
 pub const DEFAULT_MIN_CHECKPOINT: usize = 64;
@@ -90,6 +111,11 @@ fn default_concurrency() -> usize {
 }
 
 impl BackfillOptions {
+    /// True when the request leaves the rows to the server: no `where`, no `read_version`.
+    pub fn is_plain_refresh(&self) -> bool {
+        self.filter.as_deref().is_none_or(|f| f.trim().is_empty()) && self.read_version.is_none()
+    }
+
     /// Check every option that needs no table; `read_version` is resolved by the caller
     /// (`latest` is used when the request names none).
     pub fn check(
@@ -191,6 +217,7 @@ impl BackfillOptions {
             commit_granularity,
             cluster,
             manifest: self.manifest.clone().filter(|m| !m.trim().is_empty()),
+            refresh: None,
         })
     }
 }
