@@ -286,6 +286,7 @@ fn main() {
     let t = Instant::now();
     let udf = rt
         .prepare_python(&PythonSpec {
+            files: Vec::new(),
             source: "def first(x):\n    return x + 41\n".into(),
             entry: "first".into(),
             env: vec![],
@@ -319,6 +320,7 @@ fn main() {
         let batches = batches(&case);
         let udf = rt
             .prepare_python(&PythonSpec {
+                files: Vec::new(),
                 source: case.source.into(),
                 entry: case.entry.into(),
                 env: vec![],

@@ -602,6 +602,7 @@ impl VirtualColumns {
             })
             .collect::<ApiResult<Vec<_>>>()?;
         let spec = PythonSpec {
+            files: Vec::new(),
             source: stored.source.clone(),
             entry: stored.entrypoint.clone(),
             env,

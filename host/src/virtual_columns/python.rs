@@ -44,6 +44,7 @@ impl PythonDef {
             )));
         }
         Ok(PythonSpec {
+            files: Vec::new(),
             source: self.source.clone(),
             entry: entry.to_string(),
             env: Vec::new(),
@@ -145,6 +146,7 @@ impl VirtualColumns {
             }
         };
         let spec = PythonSpec {
+            files: Vec::new(),
             source,
             entry: entry.to_string(),
             env: Vec::new(),

@@ -49,6 +49,16 @@ import uuid  # noqa: F401
 import zlib  # noqa: F401
 
 import _strptime  # noqa: F401  (datetime.strptime imports it lazily)
+import importlib.abc
+import importlib.util
+import pkgutil  # noqa: F401  (bundled packages read their data files with get_data)
+import contextlib  # noqa: F401
+import logging  # noqa: F401  (imported by many pure-Python packages)
+import warnings  # noqa: F401
+import csv  # noqa: F401
+import pprint  # noqa: F401
+import numbers  # noqa: F401
+import ipaddress  # noqa: F401
 import encodings.idna  # noqa: F401
 import inspect  # noqa: F401
 import locale  # noqa: F401
@@ -106,6 +116,47 @@ class _NoNewModules:
 
 sys.meta_path.insert(0, _NoNewModules)
 
+BUNDLE_ROOT = "/lancet-sandbox/bundle/"
+
+
+class _Bundle(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports the modules shipped with the function (`load`'s `files`) from memory, ahead of
+    _NoNewModules; serves their data files to `pkgutil.get_data` (`get_data`)."""
+
+    files = {}
+
+    @classmethod
+    def find_spec(cls, name, path=None, target=None):
+        base = name.replace(".", "/")
+        for rel, package in ((base + "/__init__.py", True), (base + ".py", False)):
+            if rel in cls.files:
+                spec = importlib.util.spec_from_loader(
+                    name, cls(), origin=BUNDLE_ROOT + rel, is_package=package
+                )
+                spec.has_location = True
+                if package:
+                    spec.submodule_search_locations = [BUNDLE_ROOT + base]
+                return spec
+        return None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        rel = module.__spec__.origin[len(BUNDLE_ROOT):]
+        module.__file__ = module.__spec__.origin
+        code = compile(_Bundle.files[rel], module.__file__, "exec", dont_inherit=True)
+        exec(code, module.__dict__)
+
+    def get_data(self, path):
+        rel = path[len(BUNDLE_ROOT):] if path.startswith(BUNDLE_ROOT) else None
+        if rel is None or rel not in _Bundle.files:
+            raise FileNotFoundError(path)
+        return _Bundle.files[rel]
+
+
+sys.meta_path.insert(0, _Bundle)
+
 _ALLOWED_EVENTS = {"os.putenv", "os.unsetenv"}  # os.environ's own bookkeeping, no host call
 _REFUSED_PREFIXES = ("os.", "socket.", "subprocess.", "shutil.", "ctypes.", "tempfile.",
                      "glob.", "urllib.", "webbrowser.")
@@ -127,15 +178,22 @@ sys.setrecursionlimit(400)
 
 
 def _describe(exc):
-    """`Type: message (line N)`, the line being the deepest one in the UDF's own source."""
-    line = None
-    if isinstance(exc, SyntaxError) and exc.filename == UDF_FILE:
-        line = exc.lineno
+    """`Type: message (line N)`: the deepest place in the UDF's own source (`line N`) or in a
+    module shipped with it (`pkg/mod.py line N`)."""
+    where = None
+    syntax = isinstance(exc, SyntaxError)
+    if syntax and exc.filename == UDF_FILE:
+        where = f"line {exc.lineno}"
     for frame, lineno in traceback.walk_tb(exc.__traceback__):
-        if frame.f_code.co_filename == UDF_FILE:
-            line = lineno
+        name = frame.f_code.co_filename
+        if name == UDF_FILE:
+            where = f"line {lineno}"
+        elif name.startswith(BUNDLE_ROOT):
+            where = f"{name[len(BUNDLE_ROOT):]} line {lineno}"
+    if syntax and (exc.filename or "").startswith(BUNDLE_ROOT):
+        where = f"{exc.filename[len(BUNDLE_ROOT):]} line {exc.lineno}"
     text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    return f"{text} (line {line})" if line else text
+    return f"{text} ({where})" if where else text
 
 
 def _type_error(value, kind):
@@ -354,9 +412,10 @@ def _struct(results, fields, failed):
 class WitWorld(wit_world.WitWorld):
     entry = None
 
-    def load(self, source, entry, env, init):
+    def load(self, source, entry, env, init, files):
         if WitWorld.entry is not None:
             raise Err("this instance already holds a function")
+        _Bundle.files = {path: bytes(data) for path, data in files}
         # Before the module runs: a module may read its configuration at import.
         os.environ.clear()
         os.environ.update(dict(env))

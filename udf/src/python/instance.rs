@@ -84,6 +84,7 @@ impl PyInstance {
                 &spec.entry,
                 &spec.env,
                 spec.init.as_deref(),
+                &spec.files,
             )
             .map_err(|e| self.failed(e, udf, limits))?;
         Ok(loaded.map(|sig| Signature {

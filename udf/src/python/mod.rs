@@ -144,6 +144,13 @@ impl Runtime {
         let signature = instance
             .load(spec, &limits, &label)?
             .map_err(UdfError::PythonSource)?;
+        let mut files = Sha256::new();
+        for (path, data) in &spec.files {
+            files.update(path.as_bytes());
+            files.update([0]);
+            files.update((data.len() as u64).to_le_bytes());
+            files.update(data);
+        }
         let instance_key: InstanceKey = Sha256::new()
             .chain_update(sha256.as_bytes())
             .chain_update([0])
@@ -152,6 +159,8 @@ impl Runtime {
             .chain_update(serde_json::to_vec(&spec.env).unwrap_or_default())
             .chain_update([0])
             .chain_update(serde_json::to_vec(&spec.init).unwrap_or_default())
+            .chain_update([0])
+            .chain_update(files.finalize())
             .finalize()
             .into();
         let udf = Arc::new(PreparedPython {

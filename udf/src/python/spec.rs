@@ -11,6 +11,9 @@ use crate::manifest::OnError;
 
 /// Larger sources are refused before anything parses them.
 pub const MAX_SOURCE_BYTES: usize = 1 << 20;
+/// Files shipped with a function, at most, and their bytes in all.
+pub const MAX_FILES: usize = 4_096;
+pub const MAX_FILES_BYTES: usize = 32 << 20;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PythonSpec {
@@ -26,6 +29,10 @@ pub struct PythonSpec {
     /// a plain function (or a class only being checked).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub init: Option<String>,
+    /// Modules, packages and their data files shipped with the function, by path from the
+    /// import root (`pkg/__init__.py`, `mod.py`, `pkg/data.bin`): what `import` finds.
+    #[serde(default, skip_serializing_if = "Vec::is_empty", with = "files_b64")]
+    pub files: Vec<(String, Vec<u8>)>,
     #[serde(default)]
     pub on_error: OnError,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -59,6 +66,22 @@ impl PythonSpec {
         if self.init.as_ref().is_some_and(|i| i.len() > 64 << 10) {
             return bad("the initialization is over 64 KiB".into());
         }
+        if self.files.len() > MAX_FILES {
+            return bad(format!(
+                "{} files are shipped with the function; the limit is {MAX_FILES}",
+                self.files.len()
+            ));
+        }
+        let bytes: usize = self.files.iter().map(|(p, d)| p.len() + d.len()).sum();
+        if bytes > MAX_FILES_BYTES {
+            return bad(format!(
+                "the files shipped with the function hold {bytes} bytes; the limit is \
+                 {MAX_FILES_BYTES}"
+            ));
+        }
+        for (path, _) in &self.files {
+            check_file_path(path).map_err(UdfError::PythonSource)?;
+        }
         for (k, v) in &self.env {
             if k.is_empty() || k.contains(['=', '\0']) || v.contains('\0') {
                 return bad(format!(
@@ -67,6 +90,49 @@ impl PythonSpec {
             }
         }
         Ok(())
+    }
+}
+
+/// A shipped file's path: relative, `/`-separated, no empty, `.` or `..` segment, no NUL or
+/// backslash; what the runner's importer looks names up by.
+pub fn check_file_path(path: &str) -> Result<(), String> {
+    let ok = !path.is_empty()
+        && path.len() <= 512
+        && !path.contains(['\\', '\0'])
+        && path
+            .split('/')
+            .all(|seg| !seg.is_empty() && seg != "." && seg != "..");
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{path:?} is not a relative file path"))
+    }
+}
+
+/// Files as `[[path, base64], ...]` in JSON: compact, and what the memo key hashes.
+mod files_b64 {
+    use base64::Engine as _;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(files: &[(String, Vec<u8>)], s: S) -> Result<S::Ok, S::Error> {
+        let b64 = base64::engine::general_purpose::STANDARD;
+        files
+            .iter()
+            .map(|(p, d)| (p.as_str(), b64.encode(d)))
+            .collect::<Vec<_>>()
+            .serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, Vec<u8>)>, D::Error> {
+        let b64 = base64::engine::general_purpose::STANDARD;
+        Vec::<(String, String)>::deserialize(d)?
+            .into_iter()
+            .map(|(p, t)| {
+                b64.decode(t)
+                    .map(|d| (p, d))
+                    .map_err(serde::de::Error::custom)
+            })
+            .collect()
     }
 }
 
@@ -193,6 +259,7 @@ mod tests {
         ));
         assert!(decode_source("not base64!").is_err());
         let spec = PythonSpec {
+            files: Vec::new(),
             source: "def f(x): return x".into(),
             entry: "1f".into(),
             env: vec![],

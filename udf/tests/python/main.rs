@@ -2,6 +2,7 @@
 //! Wasm guests. Needs the runner built by scripts/build-python-runner.sh (scripts/test.sh
 //! builds it and sets LANCET_PYTHON_RUNNER).
 
+mod bundle;
 mod hostile;
 mod values;
 
@@ -71,6 +72,7 @@ pub fn limits() -> Limits {
 
 pub fn spec(source: &str, entry: &str) -> PythonSpec {
     PythonSpec {
+        files: Vec::new(),
         source: source.to_string(),
         entry: entry.to_string(),
         env: vec![],

@@ -128,6 +128,7 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
 fn build(app: &Arc<App>, checked: &Checked) -> ApiResult<String> {
     let r = &checked.registration;
     let spec = lancet_udf::PythonSpec {
+        files: Vec::new(),
         source: checked.source.clone(),
         entry: r.artifact.entrypoint.clone(),
         // Configuration only: secrets reach a Function when it runs, not when it is built.
