@@ -189,6 +189,11 @@ pub struct ServeConfig {
     /// Without it, creating or using a secret is refused with a 400 that says so.
     #[arg(long, env = "LANCET_SECRET_KEY", hide_env_values = true)]
     pub secret_key: Option<String>,
+    /// A PEP 503 ("simple") package index registered Functions' pip packages are fetched from
+    /// (e.g. `https://pypi.org/simple/` or a mirror); pure-Python wheels only. Without it, a
+    /// Function that asks for pip packages is refused with a 400 that says so.
+    #[arg(long, env = "LANCET_PACKAGE_INDEX")]
+    pub package_index: Option<String>,
 }
 
 /// Log line format.

@@ -96,8 +96,12 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
             store
         },
         virtual_columns: VirtualColumns::with_tenant_limits(Arc::new(runtime), &tenant_limits),
-        functions: crate::functions::Functions::new(root.clone(), config.secret_key.as_deref())
-            .map_err(|e| e.message)?,
+        functions: crate::functions::Functions::new(
+            root.clone(),
+            config.secret_key.as_deref(),
+            config.package_index.as_deref(),
+        )
+        .map_err(|e| e.message)?,
         jobs,
         upkeep: crate::upkeep::Upkeep::new(config.upkeep_policy(), config.upkeep_interval),
         metrics: Default::default(),

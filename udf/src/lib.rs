@@ -40,7 +40,8 @@ pub use manifest::{
 };
 pub use package::{Packaged, decode_module_base64, package};
 pub use python::{
-    MAX_SOURCE_BYTES, Param, PreparedPython, PythonRunnerConfig, PythonSpec, Signature,
-    decode_source as decode_python_source,
+    MAX_FILES, MAX_FILES_BYTES, MAX_SOURCE_BYTES, Param, PreparedPython, PythonRunnerConfig,
+    PythonSpec, Signature, check_file_path as check_python_file_path,
+    decode_source as decode_python_source, files_b64 as python_files_b64,
 };
 pub use runtime::{PreparedUdf, Runtime, RuntimeConfig, RuntimeStats, SharedModules};

@@ -5,6 +5,7 @@
 //! `function_build` job's.
 
 pub mod names;
+pub mod packages;
 pub mod registry;
 pub mod secrets;
 pub mod signature;
@@ -19,10 +20,21 @@ pub use secrets::{SecretKey, Secrets};
 pub struct Functions {
     pub registry: Registry,
     pub secrets: Secrets,
+    /// Where pip packages come from, if anywhere.
+    pub packages: Option<packages::PackageIndex>,
 }
 
 impl Functions {
-    pub fn new(root: Arc<RootStore>, secret_key: Option<&str>) -> ApiResult<Self> {
+    pub fn new(
+        root: Arc<RootStore>,
+        secret_key: Option<&str>,
+        package_index: Option<&str>,
+    ) -> ApiResult<Self> {
+        let packages = package_index
+            .filter(|u| !u.is_empty())
+            .map(packages::PackageIndex::new)
+            .transpose()
+            .map_err(crate::error::ApiError::invalid)?;
         let key = secret_key
             .filter(|k| !k.is_empty())
             .map(SecretKey::new)
@@ -30,6 +42,7 @@ impl Functions {
         Ok(Self {
             registry: Registry::new(root.clone()),
             secrets: Secrets::new(root, key),
+            packages,
         })
     }
 

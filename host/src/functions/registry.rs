@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::names::{self, ObjectKind};
+use super::packages::PackageIndex;
 use super::secrets::Secrets;
 use super::signature::FunctionSignature;
 use crate::error::{ApiError, ApiResult};
@@ -140,8 +141,54 @@ impl SecretBinding {
 /// A registration that passed every check that needs no sandbox.
 pub struct Checked {
     pub registration: Registration,
+    /// The entry module's source.
     pub source: String,
+    /// A bundle's other modules (`code=[...]`), by path from the import root.
+    pub files: Vec<(String, Vec<u8>)>,
     pub digest: String,
+}
+
+/// Files shipped with a Function, by path from the import root.
+pub type Files = Vec<(String, Vec<u8>)>;
+
+/// The entry module of a `python_bundle` artifact (the lancedb client's name for it).
+const BUNDLE_ENTRY: &str = "user_function.py";
+
+/// A `python_bundle` artifact's content, `{"files": {path: source}}`: the entry module's source
+/// and the other files.
+fn parse_bundle(bytes: &[u8]) -> ApiResult<(String, Files)> {
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Bundle {
+        files: BTreeMap<String, String>,
+    }
+    let bundle: Bundle = serde_json::from_slice(bytes)
+        .map_err(|e| refuse(format!("artifact.content is not a python_bundle: {e}")))?;
+    let mut entry = None;
+    let mut files = Vec::new();
+    for (path, text) in bundle.files {
+        lancet_udf::check_python_file_path(&path)
+            .map_err(|e| refuse(format!("artifact.content: {e}")))?;
+        if path == BUNDLE_ENTRY {
+            entry = Some(text);
+        } else {
+            files.push((path, text.into_bytes()));
+        }
+    }
+    if files.len() > lancet_udf::MAX_FILES {
+        return Err(refuse(format!(
+            "artifact.content ships {} files; the limit is {}",
+            files.len(),
+            lancet_udf::MAX_FILES
+        )));
+    }
+    let entry = entry.ok_or_else(|| refuse(format!("artifact.content has no {BUNDLE_ENTRY}")))?;
+    if entry.len() > MAX_SOURCE_BYTES {
+        return Err(refuse(format!(
+            "the Function's source is over the limit of {MAX_SOURCE_BYTES} bytes"
+        )));
+    }
+    Ok((entry, files))
 }
 
 fn refuse(what: impl std::fmt::Display) -> ApiError {
@@ -150,7 +197,13 @@ fn refuse(what: impl std::fmt::Display) -> ApiError {
 
 impl Registration {
     /// Every check short of running the source, including that each bound secret exists.
-    pub async fn check(self, name: &str, tenant: &str, secrets: &Secrets) -> ApiResult<Checked> {
+    pub async fn check(
+        self,
+        name: &str,
+        tenant: &str,
+        secrets: &Secrets,
+        packages: Option<&PackageIndex>,
+    ) -> ApiResult<Checked> {
         names::check(ObjectKind::Function, name)?;
         if self.name.as_deref().is_some_and(|n| n != name) {
             return Err(refuse(format!(
@@ -159,16 +212,16 @@ impl Registration {
             )));
         }
         let a = &self.artifact;
-        match a.kind.as_str() {
-            "python_callable" => {}
-            "python_bundle" => {
-                return Err(refuse(
-                    "artifact.kind 'python_bundle' (a Function with code=[modules]) is not \
-                     supported: Lancet's sandbox runs one self-contained source file",
-                ));
-            }
+        let bundle = match a.kind.as_str() {
+            "python_callable" => false,
+            "python_bundle" => true,
             other => return Err(refuse(format!("artifact.kind '{other}' is not supported"))),
-        }
+        };
+        let limit = if bundle {
+            lancet_udf::MAX_FILES_BYTES
+        } else {
+            MAX_SOURCE_BYTES
+        };
         if a.adapter.kind != ADAPTER || a.adapter.version != 1 {
             return Err(refuse(format!(
                 "artifact.adapter {} v{} is not supported ({ADAPTER} v1)",
@@ -181,9 +234,10 @@ impl Registration {
                 a.content.encoding
             )));
         }
-        if a.content.data.len() / 4 * 3 > MAX_SOURCE_BYTES + 3 {
+        if a.content.data.len() / 4 * 3 > limit + 3 {
             return Err(refuse(format!(
-                "the Function's source is over the limit of {MAX_SOURCE_BYTES} bytes"
+                "the Function's {} is over the limit of {limit} bytes",
+                if bundle { "bundle" } else { "source" }
             )));
         }
         let bytes = base64::engine::general_purpose::STANDARD
@@ -196,13 +250,18 @@ impl Registration {
                 a.digest
             )));
         }
-        let source = String::from_utf8(bytes).map_err(|e| {
-            refuse(format!(
-                "the Function's source is not UTF-8 (invalid byte at offset {})",
-                e.utf8_error().valid_up_to()
-            ))
-        })?;
-        self.check_runtime()?;
+        let (source, files) = if bundle {
+            parse_bundle(&bytes)?
+        } else {
+            let source = String::from_utf8(bytes).map_err(|e| {
+                refuse(format!(
+                    "the Function's source is not UTF-8 (invalid byte at offset {})",
+                    e.utf8_error().valid_up_to()
+                ))
+            })?;
+            (source, Vec::new())
+        };
+        self.check_runtime(packages)?;
         self.signature.check()?;
         let mut variables = std::collections::HashSet::new();
         for b in &self.secret_bindings {
@@ -228,11 +287,12 @@ impl Registration {
         Ok(Checked {
             registration: self,
             source,
+            files,
             digest,
         })
     }
 
-    fn check_runtime(&self) -> ApiResult<()> {
+    fn check_runtime(&self, packages: Option<&PackageIndex>) -> ApiResult<()> {
         let r = &self.runtime;
         match r.kind.as_str() {
             "python" => {}
@@ -266,12 +326,15 @@ impl Registration {
                 )));
             }
         }
-        if !env.packages.is_empty() {
+        if !env.packages.is_empty() && packages.is_none() {
             return Err(refuse(format!(
-                "pip packages {:?} are not available: Functions run on CPython's standard \
-                 library in a WebAssembly sandbox, with no package index configured",
+                "pip packages {:?} are not available: this server has no package index \
+                 configured (--package-index / LANCET_PACKAGE_INDEX)",
                 env.packages
             )));
+        }
+        for p in &env.packages {
+            super::packages::parse_requirement(p)?;
         }
         for (field, set) in [
             ("channels", !env.channels.is_empty()),
@@ -307,6 +370,19 @@ pub struct StoredFunction {
     pub digest: String,
     pub entrypoint: String,
     pub source: String,
+    /// Modules shipped with it (`code=[...]`) and its pip packages' files, by import path.
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        with = "lancet_udf::python_files_b64"
+    )]
+    #[schemars(skip)]
+    pub files: Vec<(String, Vec<u8>)>,
+    /// The pip requirements asked for, and what they resolved to (`name==version`), bundled.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub packages: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resolved: Vec<String>,
     pub signature: FunctionSignature,
     pub secret_bindings: Vec<SecretBinding>,
     pub env: BTreeMap<String, String>,
@@ -341,6 +417,11 @@ impl StoredFunction {
                 b
             })
             .collect();
+        let mut metadata = json!({"runtime": "lancet-python-sandbox"});
+        if !self.resolved.is_empty() {
+            // What the pip requirements resolved to, e.g. "tinyslug==1.0 tinydep==1.1".
+            metadata["pip"] = json!(self.resolved.join(" "));
+        }
         json!({
             "name": self.name,
             "namespace_path": relative(&self.namespace_path),
@@ -360,7 +441,7 @@ impl StoredFunction {
             "signature": self.signature,
             "secret_bindings": bindings,
             "created_at": self.created_at,
-            "metadata": {"runtime": "lancet-python-sandbox"},
+            "metadata": metadata,
             "disabled": false,
         })
     }
@@ -374,7 +455,25 @@ impl StoredFunction {
             && self.signature == r.signature
             && self.secret_bindings == r.secret_bindings
             && self.env == r.runtime.env.clone().unwrap_or_default()
+            && self.packages == requested(r)
     }
+}
+
+/// What building a registration made: the interpreter's version that loaded it, every file
+/// shipped with it (its bundle's and its packages'), and its packages as resolved.
+pub struct Built {
+    pub python_version: String,
+    pub files: Vec<(String, Vec<u8>)>,
+    pub resolved: Vec<String>,
+}
+
+/// The pip requirements a registration asks for.
+pub fn requested(r: &Registration) -> Vec<String> {
+    r.runtime
+        .environment
+        .as_ref()
+        .map(|e| e.packages.clone())
+        .unwrap_or_default()
 }
 
 /// The registry of every tenant.
@@ -433,8 +532,13 @@ impl Registry {
         namespace: &[String],
         name: &str,
         checked: &Checked,
-        python_version: &str,
+        built: &Built,
     ) -> ApiResult<StoredFunction> {
+        let Built {
+            python_version,
+            files,
+            resolved,
+        } = built;
         loop {
             let existing = self.versions(tenant, namespace, name).await?;
             if let Some(same) = existing.iter().find(|f| f.same_as(checked)) {
@@ -457,6 +561,9 @@ impl Registry {
                 digest: checked.digest.clone(),
                 entrypoint: r.artifact.entrypoint.clone(),
                 source: checked.source.clone(),
+                files: files.to_vec(),
+                packages: requested(r),
+                resolved: resolved.to_vec(),
                 signature: r.signature.clone(),
                 secret_bindings: r.secret_bindings.clone(),
                 env: r.runtime.env.clone().unwrap_or_default(),

@@ -602,7 +602,7 @@ impl VirtualColumns {
             })
             .collect::<ApiResult<Vec<_>>>()?;
         let spec = PythonSpec {
-            files: Vec::new(),
+            files: stored.files.clone(),
             source: stored.source.clone(),
             entry: stored.entrypoint.clone(),
             env,

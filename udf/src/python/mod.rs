@@ -28,7 +28,10 @@ use crate::pool::{InstanceKey, InstancePool};
 use crate::runtime::Runtime;
 
 pub use runner::PythonRunnerConfig;
-pub use spec::{MAX_SOURCE_BYTES, Param, PythonSpec, Signature, decode_source};
+pub use spec::{
+    MAX_FILES, MAX_FILES_BYTES, MAX_SOURCE_BYTES, Param, PythonSpec, Signature, check_file_path,
+    decode_source, files_b64,
+};
 
 use instance::{CallResult, PyInstance};
 use runner::RunnerSlot;

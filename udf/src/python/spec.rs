@@ -110,7 +110,7 @@ pub fn check_file_path(path: &str) -> Result<(), String> {
 }
 
 /// Files as `[[path, base64], ...]` in JSON: compact, and what the memo key hashes.
-mod files_b64 {
+pub mod files_b64 {
     use base64::Engine as _;
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -123,7 +123,9 @@ mod files_b64 {
             .serialize(s)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<(String, Vec<u8>)>, D::Error> {
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Vec<(String, Vec<u8>)>, D::Error> {
         let b64 = base64::engine::general_purpose::STANDARD;
         Vec::<(String, String)>::deserialize(d)?
             .into_iter()

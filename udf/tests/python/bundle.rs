@@ -45,7 +45,10 @@ fn errors_in_shipped_modules_name_the_file_and_unshipped_modules_stay_refused() 
     let mut s = spec("import helpers\ndef f(x):\n    return x\n", "f");
     s.files = vec![file("helpers.py", "x = 1 +\n")];
     let err = runtime().prepare_python(&s).unwrap_err().to_string();
-    assert!(err.contains("SyntaxError") && err.contains("helpers.py line 1"), "{err}");
+    assert!(
+        err.contains("SyntaxError") && err.contains("helpers.py line 1"),
+        "{err}"
+    );
 
     let s = spec("import helpers\ndef f(x):\n    return x\n", "f");
     let err = runtime().prepare_python(&s).unwrap_err().to_string();

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use crate::App;
 use crate::error::{ApiError, ApiResult};
 use crate::functions::Registry;
-use crate::functions::registry::{Checked, Registration};
+use crate::functions::registry::{Built, Checked, Files, Registration, requested};
 use crate::jobs::state::JobRecord;
 use crate::jobs::{Job, JobKind, JobSpec, Stop};
 
@@ -63,7 +63,12 @@ pub async fn submit(
 ) -> ApiResult<String> {
     registration
         .clone()
-        .check(&name, tenant, &app.functions.secrets)
+        .check(
+            &name,
+            tenant,
+            &app.functions.secrets,
+            app.functions.packages.as_ref(),
+        )
         .await?;
     let mut table_id = namespace_path.clone();
     table_id.push(name.clone());
@@ -99,10 +104,22 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
     let spec: BuildSpec = record.spec.typed().map_err(failed)?;
     let checked = spec
         .registration
-        .check(&spec.name, &record.tenant, &app.functions.secrets)
+        .check(
+            &spec.name,
+            &record.tenant,
+            &app.functions.secrets,
+            app.functions.packages.as_ref(),
+        )
         .await
         .map_err(failed)?;
-    let python = tokio::task::block_in_place(|| build(app, &checked)).map_err(failed)?;
+    let (files, resolved) = shipped(app, &checked).await.map_err(failed)?;
+    let python_version =
+        tokio::task::block_in_place(|| build(app, &checked, &files)).map_err(failed)?;
+    let built = Built {
+        python_version,
+        files,
+        resolved,
+    };
     let stored = app
         .functions
         .registry
@@ -111,7 +128,7 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
             &spec.namespace_path,
             &spec.name,
             &checked,
-            &python,
+            &built,
         )
         .await
         .map_err(failed)?;
@@ -123,12 +140,61 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
     .map_err(failed)
 }
 
+/// Every file shipped with the Function: its bundle's modules, then its pip packages' files
+/// (resolved and fetched from the configured index); and what the packages resolved to.
+async fn shipped(app: &Arc<App>, checked: &Checked) -> ApiResult<(Files, Vec<String>)> {
+    let mut files = checked.files.clone();
+    let wanted = requested(&checked.registration);
+    let Some(index) = app
+        .functions
+        .packages
+        .as_ref()
+        .filter(|_| !wanted.is_empty())
+    else {
+        return Ok((files, Vec::new()));
+    };
+    let python = tokio::task::block_in_place(|| sandbox_python(app))?;
+    let used: usize = files.iter().map(|(p, d)| p.len() + d.len()).sum();
+    let budget = lancet_udf::MAX_FILES_BYTES.saturating_sub(used);
+    let resolved = index.resolve(&wanted, &python, budget).await?;
+    let mine: std::collections::HashSet<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
+    if let Some((clash, _)) = resolved
+        .files
+        .iter()
+        .find(|(p, _)| mine.contains(p.as_str()))
+    {
+        return Err(ApiError::invalid(format!(
+            "{clash} is both shipped with the Function (code=) and in its pip packages"
+        )));
+    }
+    files.extend(resolved.files);
+    Ok((files, resolved.pins))
+}
+
+/// The sandbox interpreter's `sys.version` (what package markers are evaluated for).
+fn sandbox_python(app: &Arc<App>) -> ApiResult<String> {
+    let probe = lancet_udf::PythonSpec {
+        files: Vec::new(),
+        source: "def probe():\n    pass\n".to_string(),
+        entry: "probe".to_string(),
+        env: Vec::new(),
+        init: None,
+        on_error: lancet_udf::OnError::Fail,
+        limits: None,
+    };
+    Ok(app
+        .virtual_columns
+        .check_function(&probe)?
+        .python_version()
+        .to_string())
+}
+
 /// Load the source in the sandbox and check its parameters against the signature; the
 /// interpreter's version.
-fn build(app: &Arc<App>, checked: &Checked) -> ApiResult<String> {
+fn build(app: &Arc<App>, checked: &Checked, files: &[(String, Vec<u8>)]) -> ApiResult<String> {
     let r = &checked.registration;
     let spec = lancet_udf::PythonSpec {
-        files: Vec::new(),
+        files: files.to_vec(),
         source: checked.source.clone(),
         entry: r.artifact.entrypoint.clone(),
         // Configuration only: secrets reach a Function when it runs, not when it is built.
