@@ -40,6 +40,12 @@ class Lancet:
             assert line.startswith("flight sql listening on "), line
             self.flight = line[len("flight sql listening on "):]
 
+    def lancedb(self):
+        """The lancedb 0.40 remote client on this server (database `test`)."""
+        import lancedb
+        return lancedb.connect("db://test", api_key=self.key, host_override=self.base,
+                               region="us-east-1")
+
     def new_key(self, tenant, role):
         """A key made by `lancet keys create`, once the running server accepts it."""
         out = subprocess.run(

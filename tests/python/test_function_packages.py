@@ -13,7 +13,6 @@ import tempfile
 import threading
 import zipfile
 
-import lancedb
 import pyarrow as pa
 import pytest
 from lancedb import col, udf
@@ -100,15 +99,21 @@ def server(index):
             s.stop()
 
 
-def connect(server):
-    return lancedb.connect("db://test", api_key=server.key, host_override=server.base,
-                           region="us-east-1")
-
 
 def titles_table(db, name):
     titles = ["The Cat and the Hat", "Rain AND Snow", "plain"]
     schema = pa.schema([pa.field("title", pa.string(), nullable=False)])
     return db.create_table(name, pa.table({"title": titles}, schema=schema))
+
+
+def computed(db, fv, table, column):
+    """A table of titles with `column` = fv(title), refreshed: {title: value}."""
+    t = titles_table(db, table)
+    t.add_columns({column: fv(title=col("title"))})
+    result = t.refresh_column_async(column).wait()
+    assert result.rows_failed == 0, [e.error_message for e in t.function_errors(column=column).records]
+    assert result.rows_assigned == 3
+    return {r["title"]: r[column] for r in t.search().limit(100).to_arrow().to_pylist()}
 
 
 def local_slug(text, table):
@@ -123,25 +128,20 @@ def slugged(title: str) -> str:
 
 
 def test_pip_packages_and_their_dependencies_come_from_the_index(server):
-    db = connect(server)
+    db = server.lancedb()
     fv = db.create_function(slugged)
-    t = titles_table(db, "titles")
-    t.add_columns({"slug": fv(title=col("title"))})
-    result = t.refresh_column_async("slug").wait()
-    assert result.rows_failed == 0, [e.error_message for e in t.function_errors(column="slug").records]
-    assert result.rows_assigned == 3 and result.rows_failed == 0
+    assert fv.metadata["pip"] == "tinyslug==1.0 tinydep==1.1"
     # tinyslug<2 picks 1.0 (2.0 would give "v2"); its dependency tinydep resolves to the newest
     # (1.1); the marker-only and extra-only requirements are not fetched (they do not exist).
-    got = {r["title"]: r["slug"] for r in t.search().limit(100).to_arrow().to_pylist()}
+    got = computed(db, fv, "titles", "slug")
     table = {"and": "&", "the": ""}
     assert got == {title: local_slug(title, table) for title in got}, got
-    assert fv.metadata["pip"] == "tinyslug==1.0 tinydep==1.1"
     # The same registration again answers the same version.
     assert db.create_function(slugged).version == fv.version
 
 
 def test_what_the_index_cannot_give_is_refused_by_name(server):
-    db = connect(server)
+    db = server.lancedb()
 
     @udf(pip=["nativepkg"])
     def native(x: int) -> int:
@@ -185,10 +185,6 @@ def loud(title: str) -> str:
 
 
 def test_modules_shipped_with_code_are_importable(server):
-    db = connect(server)
-    fv = db.create_function(loud)
-    t = titles_table(db, "loud")
-    t.add_columns({"loud": fv(title=col("title"))})
-    assert t.refresh_column_async("loud").wait().rows_assigned == 3
-    got = {r["title"]: r["loud"] for r in t.search().limit(100).to_arrow().to_pylist()}
+    db = server.lancedb()
+    got = computed(db, db.create_function(loud), "loud", "loud")
     assert got == {title: title.upper() + "!" for title in got}

@@ -4,7 +4,6 @@ by refresh_column_async, class Functions with initialization, named-struct resul
 function_errors. Every computed value is checked against the same Python run here."""
 import tempfile
 
-import lancedb
 import pyarrow as pa
 import pytest
 from lancedb import EnvVarSecret, col, udf
@@ -23,10 +22,6 @@ def server():
         finally:
             s.stop()
 
-
-def connect(server):
-    return lancedb.connect("db://test", api_key=server.key, host_override=server.base,
-                           region="us-east-1")
 
 
 @udf
@@ -80,7 +75,7 @@ def more(t, xs):
 
 
 def test_refresh_recomputes_rows_whose_inputs_changed(server):
-    db = connect(server)
+    db = server.lancedb()
     fv = db.create_function(triple_plus_one)
     t = table(db, "changing", n=20)
     t.add_columns({"y": fv(x=col("x"))})
@@ -110,7 +105,7 @@ def test_refresh_recomputes_rows_whose_inputs_changed(server):
 
 
 def test_secrets_are_stored_rotated_listed_and_never_returned(server):
-    db = connect(server)
+    db = server.lancedb()
     db.create_secret("openai-prod", "sk-1")
     info = db.describe_secret("openai-prod")
     assert info.name == "openai-prod" and info.created_at_millis == info.updated_at_millis
@@ -134,7 +129,7 @@ def test_secrets_are_stored_rotated_listed_and_never_returned(server):
 
 
 def test_a_function_is_built_listed_bound_and_refreshed(server):
-    db = connect(server)
+    db = server.lancedb()
     fv = db.create_function(triple_plus_one)
     assert fv.name == "triple_plus_one" and fv.version == "1"
     assert fv.signature.inputs[0].name == "x"
@@ -174,7 +169,7 @@ def test_a_function_is_built_listed_bound_and_refreshed(server):
 
 
 def test_secret_bindings_reach_only_the_function_environment(server):
-    db = connect(server)
+    db = server.lancedb()
     with pytest.raises(Exception, match="does not exist"):
         db.create_function(with_key, secrets=[EnvVarSecret("api", "API_KEY")])
     db.create_secret("api", "s3cr3t")
@@ -198,7 +193,7 @@ def test_secret_bindings_reach_only_the_function_environment(server):
 
 
 def test_class_functions_named_structs_and_row_errors(server):
-    db = connect(server)
+    db = server.lancedb()
     scale = db.create_function(Scale)
     assert [f.name for f in scale.signature.initialization] == ["factor"]
     t = table(db, "mixed", 20)
@@ -226,7 +221,7 @@ def test_class_functions_named_structs_and_row_errors(server):
 
 
 def test_what_the_sandbox_cannot_provide_is_refused_by_name(server):
-    db = connect(server)
+    db = server.lancedb()
 
     @udf(pip=["numpy==2.2.0"])
     def needs_numpy(x: int) -> int:
@@ -259,7 +254,7 @@ def balloon(x: int) -> str:
 
 
 def test_hostile_functions_end_at_their_limits_and_the_server_serves_on(server):
-    db = connect(server)
+    db = server.lancedb()
     t = table(db, "hostile", 3)
     for fn, column, needle in [(spin, "s", "time limit"), (balloon, "b", "memory limit")]:
         fv = db.create_function(fn)

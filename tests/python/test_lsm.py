@@ -27,9 +27,6 @@ def rows(ids, tag):
     }, schema=SCHEMA)
 
 
-def connect(lancet):
-    return lancedb.connect("db://test", api_key=lancet.key, host_override=lancet.base, region="us-east-1")
-
 
 def upsert(table, ids, tag):
     return table.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(rows(ids, tag))
@@ -44,7 +41,7 @@ def texts(table, **kw):
 
 
 def test_lsm_write_spec_upserts_reads_and_checkpoint(lancet):
-    db = connect(lancet)
+    db = lancet.lancedb()
     table = db.create_table("events", rows(range(300), "base"))
     table.create_index("vec", config=lancedb.index.IvfPq(num_partitions=2, num_sub_vectors=2), wait_timeout=WAIT)
     table.create_index("text", config=lancedb.index.FTS(), wait_timeout=WAIT)
@@ -113,7 +110,7 @@ def test_lsm_write_spec_upserts_reads_and_checkpoint(lancet):
 
 
 def test_lsm_identity_and_unsharded_specs_and_concurrent_writers(lancet):
-    db = connect(lancet)
+    db = lancet.lancedb()
     table = db.create_table("feed", rows(range(30), "base"))
     table.set_lsm_write_spec(LsmWriteSpec.identity("region").with_maintained_indexes([]))
     spec = table.get_lsm_write_spec()
@@ -121,7 +118,7 @@ def test_lsm_identity_and_unsharded_specs_and_concurrent_writers(lancet):
 
     # Eight writers at once, 20 rows each, half new keys and half updates.
     def writer(n):
-        own = connect(lancet).open_table("feed")
+        own = lancet.lancedb().open_table("feed")
         for r in range(5):
             ids = list(range(n * 10, n * 10 + 10)) + list(range(1000 + n * 100 + r * 10, 1000 + n * 100 + r * 10 + 10))
             upsert(own, ids, f"w{n}r{r}")
@@ -149,7 +146,7 @@ def test_lsm_identity_and_unsharded_specs_and_concurrent_writers(lancet):
 
 
 def test_lsm_refusals_reach_the_client_as_errors(lancet):
-    db = connect(lancet)
+    db = lancet.lancedb()
     plain = db.create_table("plain", pa.table({"id": [1, 2], "v": ["a", "b"]}))
     try:
         plain.set_lsm_write_spec(LsmWriteSpec.unsharded())
