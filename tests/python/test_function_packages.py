@@ -20,9 +20,12 @@ from lancedb import col, udf
 from conftest import Lancet
 
 TINYDEP_10 = "TABLE = {'and': 'n'}\n"
-TINYDEP_11 = "TABLE = {'and': '&', 'the': ''}\n"
+TINYDEP_11 = "import gettext, zoneinfo  # preloaded stdlib\nTABLE = {'and': '&', 'the': ''}\n"
 TINYSLUG = """import pkgutil
+from importlib.metadata import version
 from tinydep import TABLE
+
+assert version("tinyslug") == "1.0", "its own metadata travels with it"
 
 SEP = pkgutil.get_data(__name__, "sep.txt").decode()
 

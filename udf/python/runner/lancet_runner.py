@@ -60,6 +60,18 @@ import pprint  # noqa: F401
 import numbers  # noqa: F401
 import ipaddress  # noqa: F401
 import encodings.idna  # noqa: F401
+import importlib.metadata
+
+# What pure-Python packages commonly import at run time, where the build can load it (a module
+# WASI lacks is simply left out: importing it stays a clear ModuleNotFoundError).
+for _module in ("argparse", "ast", "calendar", "codecs", "contextvars", "copyreg",
+                "email.utils", "fnmatch", "gettext", "hmac", "html.parser", "importlib.resources",
+                "pathlib", "pickle", "queue", "secrets", "shlex", "threading", "tokenize",
+                "weakref", "xml.etree.ElementTree", "zoneinfo"):
+    try:
+        importlib.import_module(_module)
+    except ImportError:
+        pass
 import inspect  # noqa: F401
 import locale  # noqa: F401
 
@@ -114,8 +126,6 @@ class _NoNewModules:
         )
 
 
-sys.meta_path.insert(0, _NoNewModules)
-
 BUNDLE_ROOT = "/lancet-sandbox/bundle/"
 
 
@@ -148,6 +158,18 @@ class _Bundle(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         code = compile(_Bundle.files[rel], module.__file__, "exec", dont_inherit=True)
         exec(code, module.__dict__)
 
+    @classmethod
+    def find_distributions(cls, context=importlib.metadata.DistributionFinder.Context()):
+        """The shipped packages' metadata (`importlib.metadata.version("pkg")`)."""
+        wanted = context.name and context.name.replace("-", "_").replace(".", "_").lower()
+        for rel in cls.files:
+            folder, _, leaf = rel.partition("/")
+            if leaf != "METADATA" or not folder.endswith(".dist-info"):
+                continue
+            name = folder[: -len(".dist-info")].rsplit("-", 1)[0]
+            if wanted is None or name.replace("-", "_").replace(".", "_").lower() == wanted:
+                yield _BundledDistribution(folder)
+
     def get_data(self, path):
         rel = path[len(BUNDLE_ROOT):] if path.startswith(BUNDLE_ROOT) else None
         if rel is None or rel not in _Bundle.files:
@@ -155,7 +177,29 @@ class _Bundle(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return _Bundle.files[rel]
 
 
+class _BundledDistribution(importlib.metadata.Distribution):
+    def __init__(self, folder):
+        self._folder = folder
+
+    def read_text(self, filename):
+        data = _Bundle.files.get(f"{self._folder}/{filename}")
+        return None if data is None else data.decode("utf-8", "replace")
+
+    def locate_file(self, path):
+        return BUNDLE_ROOT + str(path)
+
+
 sys.meta_path.insert(0, _Bundle)
+
+# Read one distribution's metadata now: importlib.metadata loads its parser (email.*, its own
+# submodules) lazily, and at run time there are no files to load them from.
+_Bundle.files = {"probe-1.dist-info/METADATA": b"Metadata-Version: 2.1\nName: probe\nVersion: 1\n"}
+assert importlib.metadata.version("probe") == "1"
+_Bundle.files = {}
+
+# From here on, only shipped files are importable.
+sys.meta_path.remove(_Bundle)
+sys.meta_path[:0] = [_Bundle, _NoNewModules]
 
 _ALLOWED_EVENTS = {"os.putenv", "os.unsetenv"}  # os.environ's own bookkeeping, no host call
 _REFUSED_PREFIXES = ("os.", "socket.", "subprocess.", "shutil.", "ctypes.", "tempfile.",

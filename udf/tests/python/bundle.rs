@@ -24,13 +24,19 @@ fn shipped_modules_packages_and_data_files_are_importable() {
         file("helpers.py", "def offset(x):\n    return x + 1\n"),
         file(
             "tools/__init__.py",
-            "import pkgutil\nFACTOR = int(pkgutil.get_data(__name__, 'factor.txt'))\n",
+            "import pkgutil\nfrom importlib.metadata import version\n\
+             assert version('tools') == '2.5'\n\
+             FACTOR = int(pkgutil.get_data(__name__, 'factor.txt'))\n",
         ),
         file(
             "tools/scale.py",
             "from . import FACTOR\ndef scale(x):\n    return x * FACTOR\n",
         ),
         file("tools/factor.txt", "10"),
+        file(
+            "tools-2.5.dist-info/METADATA",
+            "Metadata-Version: 2.1\nName: tools\nVersion: 2.5\n",
+        ),
     ];
     let udf = runtime().prepare_python(&s).expect("prepared");
     let input = batch(vec![("x", Arc::new(Int64Array::from(vec![1, 2, 3])))]);

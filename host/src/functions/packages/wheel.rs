@@ -55,14 +55,11 @@ pub fn unpack(bytes: &[u8], budget: usize) -> Result<Contents, String> {
         let name = entry.name().to_string();
         let top = name.split('/').next().unwrap_or_default();
         let path = if top.ends_with(".dist-info") {
-            if name.ends_with(".dist-info/METADATA") {
-                let mut text = String::new();
-                entry
-                    .read_to_string(&mut text)
-                    .map_err(|e| format!("{name}: {e}"))?;
-                out.requires = requires_dist(&text);
+            // METADATA travels too: `importlib.metadata.version(...)` reads it.
+            if !name.ends_with(".dist-info/METADATA") {
+                continue;
             }
-            continue;
+            name.clone()
         } else if top.ends_with(".data") {
             // Only purelib installs beside the packages; scripts, headers, data do not.
             match name.split_once("/purelib/") {
@@ -95,6 +92,9 @@ pub fn unpack(bytes: &[u8], budget: usize) -> Result<Contents, String> {
             .take(size)
             .read_to_end(&mut data)
             .map_err(|e| format!("{path}: {e}"))?;
+        if path.ends_with(".dist-info/METADATA") {
+            out.requires = requires_dist(&String::from_utf8_lossy(&data));
+        }
         out.files.push((path, data));
     }
     Ok(out)
@@ -158,7 +158,15 @@ mod tests {
         ]);
         let c = unpack(&bytes, 1 << 20).unwrap();
         let paths: Vec<&str> = c.files.iter().map(|(p, _)| p.as_str()).collect();
-        assert_eq!(paths, ["tiny/__init__.py", "tiny/data.txt", "extra_mod.py"]);
+        assert_eq!(
+            paths,
+            [
+                "tiny/__init__.py",
+                "tiny/data.txt",
+                "extra_mod.py",
+                "tiny-1.0.dist-info/METADATA"
+            ]
+        );
         assert_eq!(c.requires, ["dep>=1", "extra-only; extra == \"x\""]);
         assert!(unpack(&bytes, 10).unwrap_err().contains("over the limit"));
         let native = wheel(&[("fast/_speedups.cpython-314-wasm32-wasi.so", "")]);
