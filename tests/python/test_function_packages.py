@@ -7,6 +7,7 @@ import base64
 import hashlib
 import http.server
 import io
+import json
 import os
 import sys
 import tempfile
@@ -141,6 +142,23 @@ def test_pip_packages_and_their_dependencies_come_from_the_index(server):
     assert got == {title: local_slug(title, table) for title in got}, got
     # The same registration again answers the same version.
     assert db.create_function(slugged).version == fv.version
+    # The packages' files live beside the version's record, not in it, and go with it.
+    stored = stored_files(server)
+    assert [p for p in stored if p.endswith(".files")], stored
+    records = [json.loads(data) for p, data in stored.items() if p.endswith(".json")]
+    assert len(records) == 1 and "files" not in records[0], records
+    assert records[0]["files_object"] in [os.path.basename(p) for p in stored]
+    assert db.drop_function("slugged", version=fv.version) is True
+    assert not [p for p in stored_files(server) if p.endswith(".files")]
+
+
+def stored_files(server):
+    out = {}
+    for root, _, files in os.walk(os.path.join(server.data, "_functions")):
+        for f in files:
+            with open(os.path.join(root, f), "rb") as fh:
+                out[os.path.join(root, f)] = fh.read()
+    return out
 
 
 def test_what_the_index_cannot_give_is_refused_by_name(server):

@@ -370,14 +370,14 @@ pub struct StoredFunction {
     pub digest: String,
     pub entrypoint: String,
     pub source: String,
-    /// Modules shipped with it (`code=[...]`) and its pip packages' files, by import path.
-    #[serde(
-        default,
-        skip_serializing_if = "Vec::is_empty",
-        with = "lancet_udf::python_files_b64"
-    )]
+    /// Modules shipped with it (`code=[...]`) and its pip packages' files, by import path:
+    /// kept in an object of their own (`files_object`, beside the record), read only by
+    /// `get_bound` (what runs it), so listing and describing never carry megabytes of packages.
+    #[serde(skip)]
     #[schemars(skip)]
-    pub files: Vec<(String, Vec<u8>)>,
+    pub files: Files,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files_object: Option<String>,
     /// The pip requirements asked for, and what they resolved to (`name==version`), bundled.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub packages: Vec<String>,
@@ -467,6 +467,20 @@ pub struct Built {
     pub resolved: Vec<String>,
 }
 
+/// A version's files object.
+#[derive(Serialize, Deserialize)]
+struct FilesObject {
+    #[serde(with = "lancet_udf::python_files_b64")]
+    files: Files,
+}
+
+fn files_bytes(files: &Files) -> ApiResult<Vec<u8>> {
+    serde_json::to_vec(&FilesObject {
+        files: files.clone(),
+    })
+    .map_err(|e| ApiError::internal(e.to_string()))
+}
+
 /// The pip requirements a registration asks for.
 pub fn requested(r: &Registration) -> Vec<String> {
     r.runtime
@@ -513,6 +527,9 @@ impl Registry {
         let folder = format!("{}/", Self::folder(tenant, namespace, name));
         let mut out = Vec::new();
         for key in self.root.list(&folder).await? {
+            if !key.ends_with(".json") {
+                continue; // a version's files object
+            }
             if let Some(found) = self.root.get(&key).await? {
                 out.push(
                     serde_json::from_slice::<StoredFunction>(&found.bytes)
@@ -561,7 +578,8 @@ impl Registry {
                 digest: checked.digest.clone(),
                 entrypoint: r.artifact.entrypoint.clone(),
                 source: checked.source.clone(),
-                files: files.to_vec(),
+                files: Files::new(),
+                files_object: None,
                 packages: requested(r),
                 resolved: resolved.to_vec(),
                 signature: r.signature.clone(),
@@ -570,16 +588,27 @@ impl Registry {
                 python_version: python_version.to_string(),
                 created_at: chrono::Utc::now().to_rfc3339(),
             };
-            let key = format!(
-                "{}/{}",
-                Self::folder(tenant, namespace, name),
-                version_file(next)
-            );
+            let folder = Self::folder(tenant, namespace, name);
+            let key = format!("{folder}/{}", version_file(next));
+            let mut stored = stored;
+            // The files first, under a name no racing build can take (their digest), so a
+            // record never names files that are not there yet.
+            if !files.is_empty() {
+                let bytes = files_bytes(files)?;
+                let digest = lancet_udf::sha256_hex(&bytes);
+                let object = format!("v-{next:020}-{}.files", &digest[..16]);
+                self.root.put(&format!("{folder}/{object}"), bytes).await?;
+                stored.files_object = Some(object);
+            }
             let bytes =
                 serde_json::to_vec(&stored).map_err(|e| ApiError::internal(e.to_string()))?;
             // Another build took this number first: count again.
             if self.root.create(&key, bytes).await?.is_some() {
+                stored.files = files.clone();
                 return Ok(stored);
+            }
+            if let Some(object) = &stored.files_object {
+                self.root.delete(&format!("{folder}/{object}")).await?;
             }
         }
     }
@@ -619,7 +648,8 @@ impl Registry {
         name: &str,
         version: &str,
     ) -> ApiResult<StoredFunction> {
-        self.get(tenant, namespace, name, version)
+        let mut stored = self
+            .get(tenant, namespace, name, version)
             .await
             .map_err(|e| {
                 if e.status == axum::http::StatusCode::NOT_FOUND {
@@ -627,7 +657,19 @@ impl Registry {
                 } else {
                     e
                 }
-            })
+            })?;
+        if let Some(object) = &stored.files_object {
+            let key = format!("{}/{object}", Self::folder(tenant, namespace, name));
+            let found = self.root.get(&key).await?.ok_or_else(|| {
+                ApiError::internal(format!(
+                    "Function '{name}' version {version}: its files ({key}) are missing"
+                ))
+            })?;
+            stored.files = serde_json::from_slice::<FilesObject>(&found.bytes)
+                .map_err(|e| ApiError::internal(format!("Function files {key}: {e}")))?
+                .files;
+        }
+        Ok(stored)
     }
 
     /// Every version of every function of the namespace, by name then version.
@@ -676,10 +718,19 @@ impl Registry {
             Self::folder(tenant, namespace, name),
             version_file(parse_version(version)?)
         );
-        if self.root.head(&key).await?.is_none() {
+        let Some(found) = self.root.get(&key).await? else {
             return Ok(false);
-        }
+        };
         self.root.delete(&key).await?;
+        // Its files go with it (a record that no longer parses keeps nothing else alive).
+        if let Ok(StoredFunction {
+            files_object: Some(object),
+            ..
+        }) = serde_json::from_slice::<StoredFunction>(&found.bytes)
+        {
+            let folder = Self::folder(tenant, namespace, name);
+            self.root.delete(&format!("{folder}/{object}")).await?;
+        }
         Ok(true)
     }
 }
