@@ -169,11 +169,23 @@ async fn registrations_are_checked_built_listed_and_dropped() {
     not_utf8["artifact"]["content"]["data"] = json!("/w==");
     not_utf8["artifact"]["digest"] =
         json!(format!("sha256:{}", hex::encode(Sha256::digest([0xffu8]))));
+    let bundle = |files: Value| {
+        let text = files.to_string();
+        let mut b = registration(&text, "tripled", x.clone(), scalar.clone());
+        b["artifact"]["kind"] = json!("python_bundle");
+        b
+    };
+    let escaping = bundle(json!({"files": {"user_function.py": src, "../up.py": ""}}));
+    let no_entry = bundle(json!({"files": {"helpers.py": src}}));
+    let not_a_bundle = bundle(json!({"modules": {}}));
     for (body, needle) in [
+        (escaping, "not a relative file path"),
+        (no_entry, "no user_function.py"),
+        (not_a_bundle, "not a python_bundle"),
         (huge, "over the limit"),
         (not_utf8, "not UTF-8"),
         (bad_digest, "does not match the content"),
-        (pip, "numpy"),
+        (pip, "--package-index"),
         (gpu, "gpu"),
         (unknown, "signing_key"),
         (missing_secret, "'absent'"),
