@@ -19,7 +19,6 @@ use pep508_rs::pep440_rs::{Version, VersionSpecifiers};
 use pep508_rs::{
     ExtraName, MarkerEnvironment, MarkerEnvironmentBuilder, Requirement, VersionOrUrl,
 };
-use sha2::{Digest, Sha256};
 use url::Url;
 
 use crate::error::{ApiError, ApiResult};
@@ -201,7 +200,7 @@ impl PackageIndex {
             let (file, version) = pick;
             let bytes = self.get(&file.url, &file.filename).await?;
             if let Some(expected) = &file.sha256 {
-                let got = hex::encode(Sha256::digest(&bytes));
+                let got = lancet_udf::sha256_hex(&bytes);
                 if !got.eq_ignore_ascii_case(expected) {
                     return Err(refuse(format!(
                         "{}: sha256 {got} does not match the index's {expected}",

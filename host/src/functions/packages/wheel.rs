@@ -45,6 +45,14 @@ pub struct Contents {
 pub fn unpack(bytes: &[u8], budget: usize) -> Result<Contents, String> {
     let mut zip =
         zip::ZipArchive::new(Cursor::new(bytes)).map_err(|e| format!("not a wheel: {e}"))?;
+    // The entry count comes from the archive's own directory: bounded before anything is read.
+    if zip.len() > lancet_udf::MAX_FILES * 2 {
+        return Err(format!(
+            "it holds {} entries; at most {} files ship with a Function",
+            zip.len(),
+            lancet_udf::MAX_FILES
+        ));
+    }
     let mut out = Contents::default();
     let mut used = 0usize;
     for i in 0..zip.len() {
@@ -79,7 +87,9 @@ pub fn unpack(bytes: &[u8], budget: usize) -> Result<Contents, String> {
         }
         lancet_udf::check_python_file_path(&path)?;
         let size = entry.size();
-        used += path.len() + size as usize;
+        used = used
+            .saturating_add(path.len())
+            .saturating_add(usize::try_from(size).unwrap_or(usize::MAX));
         if used > budget {
             return Err(format!(
                 "its files are over the limit of {budget} bytes in all"
