@@ -4,9 +4,11 @@
 //!     cargo run -p lancet-udf --release --example python_bench
 //!
 //! The same functions as Python in the Wasm sandbox (CPython 3.14 in the runner component),
-//! as native CPython (the machine's `python3`, in a child process timing its own loop over
-//! the same values), and, where an example plugin computes the same thing, as the Rust SDK
-//! guest; per row, best of PASSES, in one run. Then the costs of a new function: the runner's
+//! as native CPython (the machine's `python3`, in a child process timing itself over the same
+//! values) two ways: the function alone in a list comprehension ("loop"), and the runner's own
+//! code doing what it does in the sandbox, column buffers in and out ("runner",
+//! `python_bench_native.py`); and, where an example plugin computes the same thing, as the Rust
+//! SDK guest; per row, best of PASSES, in one run. Then the costs of a new function: the runner's
 //! compile (first start on a machine), its load from the compiled cache (each server start),
 //! and the first call of a new function on a running runtime.
 //!
@@ -207,31 +209,58 @@ fn best(mut pass: impl FnMut()) -> Duration {
         .unwrap()
 }
 
-/// Native CPython's ns/row for `case`, timed by the interpreter itself over the same values
-/// (handed over as JSON), calling the function once per row as the runner does.
-fn native_cpython(case: &Case, batches: &[RecordBatch], dir: &std::path::Path) -> Option<f64> {
-    let mut columns: Vec<Vec<serde_json::Value>> = Vec::new();
+/// Native CPython's ns/row for `case`, two ways, each timed by the interpreter itself over the
+/// same values (handed over as JSON): the function called once per row in a list
+/// comprehension (the interpreter alone), and the runner's own code (`python_bench_native.py`:
+/// column buffers in, the function per row, buffers out, as in the sandbox).
+fn native_cpython(case: &Case, batches: &[RecordBatch], dir: &std::path::Path) -> Native {
+    let mut columns: Vec<(&str, Vec<serde_json::Value>)> = Vec::new();
     for (i, _) in batches[0].schema().fields().iter().enumerate() {
         let mut col = Vec::new();
+        let mut kind = "texts";
         for b in batches {
             let a = b.column(i);
             if let Some(x) = a.as_any().downcast_ref::<Int64Array>() {
+                kind = "ints";
                 col.extend(x.values().iter().map(|v| serde_json::json!(v)));
             } else if let Some(x) = a.as_any().downcast_ref::<Float64Array>() {
+                kind = "floats";
                 col.extend(x.values().iter().map(|v| serde_json::json!(v)));
             } else if let Some(x) = a.as_any().downcast_ref::<StringArray>() {
                 col.extend(x.iter().map(|v| serde_json::json!(v)));
             }
         }
-        columns.push(col);
+        columns.push((kind, col));
     }
+    let kind_of = |t: &DataType| match t {
+        DataType::Int64 => "ints",
+        DataType::Float64 => "floats",
+        _ => "texts",
+    };
+    let fields: Vec<(String, &str)> = match &case.output {
+        DataType::Struct(fs) => fs
+            .iter()
+            .map(|f| (f.name().clone(), kind_of(f.data_type())))
+            .collect(),
+        _ => Vec::new(),
+    };
     let data = dir.join(format!("{}.json", case.entry));
-    std::fs::write(&data, serde_json::to_vec(&columns).unwrap()).unwrap();
-    let script = format!(
+    let spec = serde_json::json!({
+        "columns": columns,
+        "batch": BATCH,
+        "returns": kind_of(&case.output),
+        "fields": fields,
+        "source": case.source,
+        "entry": case.entry,
+        "passes": PASSES,
+    });
+    std::fs::write(&data, serde_json::to_vec(&spec).unwrap()).unwrap();
+    let loop_script = format!(
         r#"
 import json, sys, time
-{source}
-cols = json.load(open({data:?}))
+spec = json.load(open({data:?}))
+cols = [values for _, values in spec["columns"]]
+exec(spec["source"])
 f = {entry}
 best = None
 for _ in range({passes} + 1):
@@ -241,21 +270,40 @@ for _ in range({passes} + 1):
     best = dt if best is None else min(best, dt)
 print(best / len(cols[0]) * 1e9, sys.version.split()[0])
 "#,
-        source = case.source,
         data = data.display().to_string(),
         entry = case.entry,
         passes = PASSES,
     );
-    let out = std::process::Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .output()
-        .ok()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let mut parts = text.split_whitespace();
-    let ns = parts.next()?.parse().ok()?;
-    eprintln!("  (native: python3 {})", parts.next().unwrap_or("?"));
-    Some(ns)
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let runner_script = manifest.join("examples/python_bench_native.py");
+    let runner = manifest.join("python/runner/lancet_runner.py");
+    let run = |args: &[&std::ffi::OsStr]| -> Option<f64> {
+        let out = std::process::Command::new("python3")
+            .args(args)
+            .output()
+            .ok()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            eprintln!("  native run failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let mut parts = text.split_whitespace();
+        let ns = parts.next()?.parse().ok()?;
+        eprintln!("  (native: python3 {})", parts.next().unwrap_or("?"));
+        Some(ns)
+    };
+    Native {
+        call_loop: run(&["-c".as_ref(), loop_script.as_ref()]),
+        runner: run(&[
+            runner_script.as_os_str(),
+            runner.as_os_str(),
+            data.as_os_str(),
+        ]),
+    }
+}
+
+struct Native {
+    call_loop: Option<f64>,
+    runner: Option<f64>,
 }
 
 fn main() {
@@ -309,8 +357,15 @@ fn main() {
 
     println!();
     println!(
-        "{:<22} {:>9} {:>14} {:>14} {:>10} {:>14}",
-        "function", "rows", "wasm-py ns/row", "cpython ns/row", "ratio", "rust-guest ns"
+        "{:<22} {:>8} {:>8} {:>13} {:>7} {:>15} {:>7} {:>10}",
+        "function (ns/row)",
+        "rows",
+        "wasm-py",
+        "cpython loop",
+        "ratio",
+        "cpython runner",
+        "ratio",
+        "rust-guest"
     );
     let limits = Limits {
         timeout: Duration::from_secs(60),
@@ -357,13 +412,17 @@ fn main() {
             });
             Some(d.as_nanos() as f64 / case.rows as f64)
         });
+        let ns = |n: Option<f64>| n.map_or("-".into(), |n| format!("{n:.0}"));
+        let ratio = |n: Option<f64>| n.map_or("-".into(), |n| format!("{:.2}x", wasm_py / n));
         println!(
-            "{:<22} {:>9} {:>14.0} {:>14} {:>10} {:>14}",
+            "{:<22} {:>8} {:>8.0} {:>13} {:>7} {:>15} {:>7} {:>10}",
             case.name,
             case.rows,
             wasm_py,
-            native.map_or("-".into(), |n| format!("{n:.0}")),
-            native.map_or("-".into(), |n| format!("{:.2}x", wasm_py / n)),
+            ns(native.call_loop),
+            ratio(native.call_loop),
+            ns(native.runner),
+            ratio(native.runner),
             rust.map_or("-".into(), |r| format!("{r:.1}")),
         );
     }

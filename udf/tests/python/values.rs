@@ -207,7 +207,7 @@ fn definition_errors_are_pythons_own() {
 
 #[test]
 fn a_struct_of_scalars_crosses_field_by_field() {
-    let source = "def parts(email):\n    if '@' not in email:\n        return None\n    user, domain = email.split('@')\n    if user == 'n':\n        return {'user': 1, 'domain': domain}\n    return {'user': user, 'domain': domain}\n";
+    let source = "import collections\ndef parts(email):\n    if '@' not in email:\n        return None\n    user, domain = email.split('@')\n    if user == 'n':\n        return {'user': 1, 'domain': domain}\n    if user == 'o':\n        return collections.OrderedDict(user=user, domain=domain)\n    if user == 'l':\n        return [user, domain]\n    return {'user': user, 'domain': domain}\n";
     let mut s = spec(source, "parts");
     s.on_error = OnError::Null;
     let udf = runtime().prepare_python(&s).unwrap();
@@ -220,7 +220,13 @@ fn a_struct_of_scalars_crosses_field_by_field() {
     );
     let input = batch(vec![(
         "email",
-        Arc::new(StringArray::from(vec!["ann@ex.org", "nobody", "n@x.io"])) as ArrayRef,
+        Arc::new(StringArray::from(vec![
+            "ann@ex.org",
+            "nobody",
+            "n@x.io",
+            "o@y.io",
+            "l@z.io",
+        ])) as ArrayRef,
     )]);
     let out = call(&udf, "t1", &input, &out_type).unwrap();
     assert_eq!(out.array.data_type(), &out_type);
@@ -230,13 +236,26 @@ fn a_struct_of_scalars_crosses_field_by_field() {
     assert!(s.is_null(1), "None is a null row");
     assert!(s.column(0).is_null(2), "a wrong-typed field is null");
     assert_eq!(s.column(1).as_string::<i64>().value(2), "x.io");
-    assert_eq!(out.failures.len(), 1);
+    assert!(s.is_valid(3), "a dict subclass is a dict");
+    assert_eq!(s.column(0).as_string::<i32>().value(3), "o");
+    assert_eq!(s.column(1).as_string::<i64>().value(3), "y.io");
+    assert!(s.is_null(4), "a list is no struct");
+    assert!(s.column(0).is_null(4) && s.column(1).is_null(4));
+    let failures: Vec<(usize, &str)> = out
+        .failures
+        .iter()
+        .map(|f| (f.offset, f.message.as_str()))
+        .collect();
+    assert_eq!(failures.len(), 2, "{failures:?}");
+    assert_eq!(failures[0].0, 2);
     assert!(
-        out.failures[0]
-            .message
-            .starts_with("field 'user': TypeError: returned int"),
-        "{}",
-        out.failures[0].message
+        failures[0].1.starts_with("field 'user': TypeError: returned int"),
+        "{failures:?}"
+    );
+    assert_eq!(failures[1].0, 4);
+    assert!(
+        failures[1].1.starts_with("TypeError: returned list, the column holds a struct"),
+        "{failures:?}"
     );
 }
 
