@@ -180,6 +180,12 @@ pub struct ServeConfig {
     /// A table's spec may set its own (`writer_config_defaults.max_wal_flush_interval_ms`).
     #[arg(long, env = "LANCET_LSM_WAL_FLUSH_INTERVAL", value_parser = humantime::parse_duration)]
     pub lsm_wal_flush_interval: Option<std::time::Duration>,
+    /// LSM tables: merged generations are taken off their shard's manifest this long after
+    /// their merge was seen, and their files (with the WAL entries they cover) deleted this
+    /// long after that. Keep it well above `--read-consistency-interval` and the longest
+    /// query: a reader that started before a step may still need what it removes.
+    #[arg(long, env = "LANCET_LSM_RECLAIM_AFTER", value_parser = humantime::parse_duration, default_value = "10m")]
+    pub lsm_reclaim_after: std::time::Duration,
     /// A bearer token that lets non-loopback clients read `/metrics` (loopback clients need
     /// none). Without it, `/metrics` answers loopback clients only.
     #[arg(long, env = "LANCET_METRICS_TOKEN")]

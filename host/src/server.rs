@@ -93,6 +93,7 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
                     .lsm_wal_flush_interval
                     .unwrap_or(std::time::Duration::from_millis(if local { 1 } else { 25 })),
             );
+            store.lsm.set_reclaim_grace(config.lsm_reclaim_after);
             store
         },
         virtual_columns: VirtualColumns::with_tenant_limits(Arc::new(runtime), &tenant_limits),

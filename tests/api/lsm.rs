@@ -552,3 +552,120 @@ async fn upkeep_flushes_a_quiet_tables_memtables_and_merges_them() {
     assert!(s.version("ev").await > version);
     assert_eq!(table_rows(&s, "ev", None).await, expected);
 }
+
+/// Generation directories and WAL entries under every `_mem_wal` of `dir`'s tables.
+pub(crate) fn mem_wal_files(dir: &std::path::Path) -> (usize, usize) {
+    let (mut gens, mut wal) = (0, 0);
+    for entry in walk(dir) {
+        let name = entry.file_name().unwrap().to_string_lossy().to_string();
+        let parent = entry.parent().unwrap();
+        let in_mem_wal = parent
+            .parent()
+            .is_some_and(|p| p.file_name().is_some_and(|n| n == "_mem_wal"));
+        if entry.is_dir() && in_mem_wal && name.contains("_gen_") {
+            gens += 1;
+        }
+        if entry.is_file()
+            && name.ends_with(".arrow")
+            && parent.file_name().is_some_and(|n| n == "wal")
+        {
+            wal += 1;
+        }
+    }
+    (gens, wal)
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        }
+        out.push(path);
+    }
+    out
+}
+
+async fn compact_lsm(s: &Handle, table: &str) -> Value {
+    let job = s
+        .ok(&format!("/v1/table/{table}/compact_lsm"), json!({}))
+        .await;
+    let done = s.wait_job(job["job_id"].as_str().unwrap()).await;
+    assert_eq!(done["job_state"], "DONE", "{done}");
+    done
+}
+
+#[tokio::test]
+async fn merged_generations_and_the_wal_they_cover_are_reclaimed_and_nothing_is_lost() {
+    // No grace: each compaction pass takes the next reclaim step at once.
+    let mut s = Server::start_with(
+        tempfile::tempdir().unwrap(),
+        &[("LANCET_LSM_RECLAIM_AFTER", "0s")],
+    )
+    .await;
+    lsm_table(
+        &s,
+        "ev",
+        10,
+        json!({"mode": "bucket", "column": "id", "num_buckets": 2}),
+    )
+    .await;
+    let mut expected = want(10, &[]);
+    for cycle in 0..3i64 {
+        let ids: Vec<i64> = (cycle * 4..cycle * 4 + 8).collect();
+        upsert(&s, "ev", &ids, &format!("c{cycle}-")).await;
+        for i in ids {
+            expected.insert(i, format!("c{cycle}-{i}"));
+        }
+        s.ok("/v1/table/ev/flush_lsm", json!({})).await;
+        // Before any reclaim: every flushed generation is on disk.
+        if cycle == 0 {
+            assert!(mem_wal_files(s.data_dir()).0 >= 2);
+        }
+        compact_lsm(&s, "ev").await;
+    }
+    let (gens_before, wal_before) = mem_wal_files(s.data_dir());
+    // Two more passes: the last merged generations are drained, then deleted.
+    compact_lsm(&s, "ev").await;
+    let done = compact_lsm(&s, "ev").await;
+    let (gens_after, wal_after) = mem_wal_files(s.data_dir());
+    assert!(
+        gens_before >= 4 && gens_after == 0,
+        "generation dirs {gens_before} -> {gens_after}: {done}"
+    );
+    assert!(
+        wal_after < wal_before && wal_after <= 4,
+        "WAL entries {wal_before} -> {wal_after}: {done}"
+    );
+    let stats = s.ok("/v1/table/ev/get_lsm_stats", json!({})).await;
+    assert!(
+        stats["lsm_stats"]["buckets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|b| b["generations"] == json!([])),
+        "{stats}"
+    );
+    assert_eq!(table_rows(&s, "ev", None).await, expected);
+    assert_eq!(table_rows(&s, "ev", Some(false)).await, expected);
+
+    // The WAL's tip did not move back: writes after a restart replay after a second one.
+    s.kill_hard();
+    let s = s.restart_same().await;
+    assert_eq!(table_rows(&s, "ev", None).await, expected);
+    upsert(&s, "ev", &[3, 40], "after-").await;
+    expected.insert(3, "after-3".into());
+    expected.insert(40, "after-40".into());
+    let mut s = s;
+    s.kill_hard();
+    let s = s.restart_same().await;
+    assert_eq!(
+        table_rows(&s, "ev", None).await,
+        expected,
+        "replayed from the WAL"
+    );
+    s.ok("/v1/table/ev/flush_lsm", json!({})).await;
+    compact_lsm(&s, "ev").await;
+    assert_eq!(table_rows(&s, "ev", Some(false)).await, expected);
+}

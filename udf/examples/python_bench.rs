@@ -284,7 +284,10 @@ print(best / len(cols[0]) * 1e9, sys.version.split()[0])
             .ok()?;
         let text = String::from_utf8_lossy(&out.stdout);
         if !out.status.success() {
-            eprintln!("  native run failed: {}", String::from_utf8_lossy(&out.stderr));
+            eprintln!(
+                "  native run failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
         let mut parts = text.split_whitespace();
         let ns = parts.next()?.parse().ok()?;

@@ -90,7 +90,12 @@ fn engine() -> Result<Engine, UdfError> {
         .max_wasm_stack(PYTHON_WASM_STACK)
         .cranelift_opt_level(OptLevel::Speed)
         .parallel_compilation(true);
-    if std::env::var_os("NOSPECTRE").is_some() { unsafe { config.cranelift_flag_set("enable_table_access_spectre_mitigation", "false"); config.cranelift_flag_set("enable_heap_access_spectre_mitigation", "false"); } }
+    if std::env::var_os("NOSPECTRE").is_some() {
+        unsafe {
+            config.cranelift_flag_set("enable_table_access_spectre_mitigation", "false");
+            config.cranelift_flag_set("enable_heap_access_spectre_mitigation", "false");
+        }
+    }
     Engine::new(&config).map_err(|e| UdfError::Internal(format!("python engine: {e:#}")))
 }
 

@@ -249,12 +249,16 @@ fn a_struct_of_scalars_crosses_field_by_field() {
     assert_eq!(failures.len(), 2, "{failures:?}");
     assert_eq!(failures[0].0, 2);
     assert!(
-        failures[0].1.starts_with("field 'user': TypeError: returned int"),
+        failures[0]
+            .1
+            .starts_with("field 'user': TypeError: returned int"),
         "{failures:?}"
     );
     assert_eq!(failures[1].0, 4);
     assert!(
-        failures[1].1.starts_with("TypeError: returned list, the column holds a struct"),
+        failures[1]
+            .1
+            .starts_with("TypeError: returned list, the column holds a struct"),
         "{failures:?}"
     );
 }

@@ -31,10 +31,13 @@ pub struct CompactReport {
     pub rows_upserted: u64,
     pub rows_deleted: u64,
     pub version: u64,
+    /// What merged generations left that this pass deleted (see `reclaim.rs`).
+    pub reclaimed: super::ReclaimReport,
 }
 
 impl Store {
-    /// Merge every flushed generation the base table does not hold yet, oldest first per shard.
+    /// Merge every flushed generation the base table does not hold yet, oldest first per shard;
+    /// then reclaim what generations merged earlier left behind.
     pub async fn lsm_compact(&self, location: &str) -> ApiResult<CompactReport> {
         let mut report = CompactReport::default();
         let ds = self.latest(location, None).await?;
@@ -49,7 +52,11 @@ impl Store {
                 report.rows_deleted += done.deleted;
             }
         }
-        report.version = self.latest(location, None).await?.version().version;
+        let latest = self.latest(location, None).await?;
+        report.version = latest.version().version;
+        if let Some(installed) = self.lsm_installed(&latest).await? {
+            report.reclaimed = self.lsm_reclaim(location, &latest, &installed).await?;
+        }
         Ok(report)
     }
 

@@ -14,12 +14,14 @@
 
 mod compact;
 mod read;
+mod reclaim;
 mod spec;
 mod stats;
 mod write;
 
 pub use compact::CompactReport;
 pub use read::LsmRead;
+pub use reclaim::{DEFAULT_GRACE as DEFAULT_RECLAIM_GRACE, ReclaimReport};
 pub use spec::{LsmWriteSpec, Sharding};
 pub use stats::LsmStats;
 
@@ -80,6 +82,8 @@ pub struct Writers {
     /// Per dataset uri, the version last asked about and its MemWAL index: every read and
     /// write asks, and a version's answer never changes (a spec set or unset is a commit).
     installed: Mutex<HashMap<String, (u64, Option<Installed>)>>,
+    /// When each shard's merged generations, WAL and manifest versions may go.
+    reclaim: reclaim::Reclaimer,
 }
 
 /// Dataset uris whose answer [`Writers::installed`] keeps before starting over.
@@ -94,6 +98,7 @@ impl Default for Writers {
             gates: Mutex::default(),
             wal_flush_interval: Mutex::default(),
             installed: Mutex::default(),
+            reclaim: reclaim::Reclaimer::default(),
         }
     }
 }
@@ -101,6 +106,12 @@ impl Default for Writers {
 impl Writers {
     pub fn set_wal_flush_interval(&self, interval: Duration) {
         *self.wal_flush_interval.lock().unwrap() = Some(interval);
+    }
+
+    /// How long each step of reclaiming merged generations waits after the one before
+    /// (`--lsm-reclaim-after`).
+    pub fn set_reclaim_grace(&self, grace: Duration) {
+        self.reclaim.set_grace(grace);
     }
 
     fn wal_flush_interval(&self) -> Duration {

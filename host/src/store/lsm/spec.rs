@@ -274,6 +274,7 @@ impl Store {
         let version = ds.version().version;
         let store = ds.object_store(None).await.map_err(ApiError::from)?;
         let dir = lance::dataset::mem_wal::util::mem_wal_path(&ds.branch_location().path);
+        self.lsm.reclaim.forget(location);
         if let Err(e) = store.remove_dir_all(dir).await {
             tracing::warn!(%location, error = %e, "could not remove the MemWAL files of an unset spec");
         }
