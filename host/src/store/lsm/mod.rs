@@ -15,6 +15,7 @@
 mod compact;
 mod read;
 mod reclaim;
+mod seal;
 mod spec;
 mod stats;
 mod write;
@@ -287,6 +288,7 @@ impl Store {
         installed: &Installed,
         shard: Uuid,
         field_values: Option<HashMap<String, Vec<u8>>>,
+        purpose: Purpose,
     ) -> ApiResult<Arc<ShardWriter>> {
         let cell = {
             let mut open = self.lsm.open.lock().unwrap();
@@ -305,7 +307,25 @@ impl Store {
         };
         let writer = cell
             .get_or_try_init(|| async {
-                if let Some(values) = field_values {
+                // An unset in progress (seal.rs): checked before opening (not to fence the
+                // unsetting node for nothing) and after (a shard it may not have listed).
+                let unset = purpose == Purpose::Unset;
+                if !unset && self.lsm_unsetting(ds).await? {
+                    return Err(seal::unsetting_error());
+                }
+                let store = ds.object_store(None).await.map_err(ApiError::from)?;
+                let manifests =
+                    ShardManifestStore::new(store, &ds.branch_location().path, shard, 2);
+                let manifest = manifests.latest().await.map_err(ApiError::from)?;
+                if manifest
+                    .as_ref()
+                    .is_some_and(|m| m.status == lance_index::mem_wal::ShardStatus::Sealed)
+                {
+                    return Err(seal::unsetting_error());
+                }
+                if let Some(values) = field_values
+                    && manifest.is_none()
+                {
                     // Record which shard value this shard holds (shown by get_lsm_stats);
                     // idempotent, and a no-op once the shard has a manifest.
                     let spec_id = installed
@@ -313,22 +333,53 @@ impl Store {
                         .sharding_specs
                         .first()
                         .map_or(0, |s| s.spec_id);
-                    let store = ds.object_store(None).await.map_err(ApiError::from)?;
-                    let manifests =
-                        ShardManifestStore::new(store, &ds.branch_location().path, shard, 2);
-                    if manifests.latest().await.map_err(ApiError::from)?.is_none() {
-                        manifests
-                            .initialize_shard(spec_id, values)
-                            .await
-                            .map_err(ApiError::from)?;
-                    }
+                    manifests
+                        .initialize_shard(spec_id, values)
+                        .await
+                        .map_err(ApiError::from)?;
                 }
                 let config = self.writer_config(installed)?;
-                let writer = ds
-                    .mem_wal_writer(shard, config)
-                    .await
-                    .map_err(ApiError::from)?;
-                Ok::<_, ApiError>(Arc::new(writer))
+                let writer = Arc::new(ds.mem_wal_writer(shard, config).await.map_err(|e| {
+                    if lost_ownership(&e) {
+                        // Another node claimed the shard while this one replayed it.
+                        ApiError::unavailable(format!(
+                            "shard {shard} was claimed by another node while this one opened \
+                             it: retry ({e})"
+                        ))
+                    } else {
+                        ApiError::from(e)
+                    }
+                })?);
+                if unset {
+                    return Ok(writer);
+                }
+                if self.lsm_unsetting(ds).await? {
+                    retire(writer);
+                    return Err(seal::unsetting_error());
+                }
+                // A write that trusted a view of the spec up to SPEC_TRUST old may meet a
+                // table whose spec was unset (or set again) since: its rows would land in a
+                // WAL nobody reads. Checked once per writer opened (every writer of an unset
+                // table was fenced, so every write after an unset opens one).
+                let now = self.latest(location, None).await?;
+                let current = self.lsm_installed(&now).await?;
+                if current.as_ref().map(Installed::seed) != Some(installed.seed()) {
+                    let shard_dir = lance::dataset::mem_wal::util::shard_base_path(
+                        &ds.branch_location().path,
+                        &shard,
+                    );
+                    retire(writer);
+                    if let Ok(store) = ds.object_store(None).await
+                        && let Err(e) = store.remove_dir_all(shard_dir).await
+                    {
+                        tracing::debug!(%location, %shard, error = %e, "could not remove a shard opened after its spec went");
+                    }
+                    return Err(ApiError::unavailable(
+                        "the table's LSM write spec changed during this write: nothing of it \
+                         is acknowledged; retry",
+                    ));
+                }
+                Ok::<_, ApiError>(writer)
             })
             .await;
         match writer {
@@ -360,30 +411,38 @@ impl Store {
 
     /// Claim every shard of the table (opening writers this process does not hold), and drop
     /// held writers another node has fenced out, so what they hold is read from the WAL again.
+    /// A sealed shard (an unset in progress) is not claimed: it holds nothing unflushed, and
+    /// its manifest is returned for reads.
     async fn claim_all(
         &self,
         location: &str,
         ds: &Dataset,
         installed: &Installed,
-    ) -> ApiResult<Vec<Arc<ShardWriter>>> {
+        purpose: Purpose,
+    ) -> ApiResult<Claimed> {
         let shards = self.lsm_shards(ds, installed).await?;
-        let mut writers = Vec::with_capacity(shards.len());
+        let mut claimed = Claimed {
+            writers: Vec::with_capacity(shards.len()),
+            sealed: Vec::new(),
+        };
         for shard in shards {
             let writer = match self.lsm.holds(location, shard) {
                 Some(w) if w.check_fenced().await.is_ok() => w,
-                Some(w) => {
-                    self.lsm.drop_writer(location, shard, &w);
-                    self.shard_writer(location, ds, installed, shard, None)
-                        .await?
-                }
-                None => {
-                    self.shard_writer(location, ds, installed, shard, None)
+                held => {
+                    if let Some(w) = held {
+                        self.lsm.drop_writer(location, shard, &w);
+                    }
+                    if let Some(manifest) = self.sealed_manifest(ds, shard).await? {
+                        claimed.sealed.push(manifest);
+                        continue;
+                    }
+                    self.shard_writer(location, ds, installed, shard, None, purpose)
                         .await?
                 }
             };
-            writers.push(writer);
+            claimed.writers.push(writer);
         }
-        Ok(writers)
+        Ok(claimed)
     }
 
     /// The shards of the table's current spec that have been written. A spec set again
@@ -491,7 +550,10 @@ impl Store {
     pub async fn lsm_flush(&self, location: &str) -> ApiResult<usize> {
         let ds = self.latest(location, None).await?;
         let installed = require(self.lsm_installed(&ds).await?)?;
-        let writers = self.claim_all(location, &ds, &installed).await?;
+        let writers = self
+            .claim_all(location, &ds, &installed, Purpose::Use)
+            .await?
+            .writers;
         let mut frozen = 0;
         for writer in &writers {
             let fence = writer.force_freeze_active().await.map_err(ApiError::from)?;
@@ -500,6 +562,21 @@ impl Store {
         }
         Ok(frozen)
     }
+}
+
+/// Why a writer is opened: an unset (seal.rs) opens writers past its own marker.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Purpose {
+    Use,
+    Unset,
+}
+
+/// The shards of a table as [`Store::claim_all`] found them.
+struct Claimed {
+    /// This process's writers of the shards it holds or claimed.
+    writers: Vec<Arc<ShardWriter>>,
+    /// The manifests of sealed shards (an unset is in progress).
+    sealed: Vec<lance_index::mem_wal::ShardManifest>,
 }
 
 /// Close a writer taken out of the registry once nothing else holds it. A lance shard writer

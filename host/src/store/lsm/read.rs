@@ -160,7 +160,10 @@ impl Store {
         // two is in both the manifest and the base: never in neither.
         let ds = self.latest(location, None).await?;
         let installed = require(self.lsm_installed(&ds).await?)?;
-        let writers = self.claim_all(location, &ds, &installed).await?;
+        let claimed = self
+            .claim_all(location, &ds, &installed, super::Purpose::Use)
+            .await?;
+        let writers = claimed.writers;
         let mut memtables = Vec::with_capacity(writers.len());
         for w in &writers {
             memtables.push((
@@ -168,7 +171,7 @@ impl Store {
                 w.in_memory_memtable_refs().await.map_err(ApiError::from)?,
             ));
         }
-        let mut manifests = Vec::with_capacity(writers.len());
+        let mut manifests: Vec<_> = claimed.sealed.into_iter().map(Some).collect();
         for w in &writers {
             manifests.push(w.manifest().await.map_err(ApiError::from)?);
         }

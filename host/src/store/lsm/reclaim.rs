@@ -116,6 +116,10 @@ impl Store {
         installed: &Installed,
     ) -> ApiResult<ReclaimReport> {
         let mut report = ReclaimReport::default();
+        if self.lsm_unsetting(ds).await? {
+            // The unset removes everything itself; a claim here would fence it.
+            return Ok(report);
+        }
         for shard in self.lsm_shards(ds, installed).await? {
             if let Err(e) = self
                 .reclaim_shard(location, ds, installed, shard, &mut report)

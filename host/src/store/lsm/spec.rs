@@ -243,8 +243,9 @@ impl Store {
         // No write of this node lands in the WAL while it is merged and removed.
         let gate = self.lsm.gate(location);
         let _closed = gate.write().await;
-        // Claim every shard so what other nodes hold in memory is replayed here and flushed.
-        self.lsm_flush(location).await?;
+        // Claim every shard so what other nodes hold in memory is replayed here and flushed,
+        // and seal it so no node writes to it again (seal.rs).
+        self.lsm_seal(location).await?;
         self.lsm_close_writers(location).await?;
         self.lsm_compact(location).await?;
         let _guard = self.write_lock(location, None).await;

@@ -124,7 +124,14 @@ impl Store {
         let mut last = None;
         for _ in 0..3 {
             let writer = self
-                .shard_writer(location, ds, installed, shard, Some(rows.values.clone()))
+                .shard_writer(
+                    location,
+                    ds,
+                    installed,
+                    shard,
+                    Some(rows.values.clone()),
+                    super::Purpose::Use,
+                )
                 .await?;
             let result = if tombstones {
                 writer.delete(rows.batches.clone()).await
