@@ -321,14 +321,23 @@ async fn main() {
         let (plain, lsm) = (format!("plain{rows}"), format!("lsm{rows}"));
         make_table(&http, &base, &plain, rows).await;
         make_table(&http, &base, &lsm, rows).await;
+        let mut writer_config = json!({
+            "max_memtable_rows": "1000000",
+            // `--durable 0` answers before the WAL entry is stored (to see what the WAL costs).
+            "durable_write": (arg("--durable", 1) == 1).to_string(),
+        });
+        // `--wal-buffer BYTES`: lance's WAL size trigger (a flush whenever that many bytes
+        // arrived), to compare with the server's default.
+        if let Some(bytes) = std::env::args()
+            .skip_while(|a| a != "--wal-buffer")
+            .nth(1)
+        {
+            writer_config["max_wal_buffer_size"] = json!(bytes);
+        }
         post(
             &http,
             format!("{base}/v1/table/{lsm}/set_lsm_write_spec"),
-            json!({"sharding": sharding, "writer_config_defaults": {
-                "max_memtable_rows": "1000000",
-                // `--durable 0` answers before the WAL entry is stored (to see what the WAL costs).
-                "durable_write": (arg("--durable", 1) == 1).to_string(),
-            }}),
+            json!({"sharding": sharding, "writer_config_defaults": writer_config}),
         )
         .await;
         // The in-process floor writes a copy of the same rows, opened by lance directly.
