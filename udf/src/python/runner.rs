@@ -86,16 +86,10 @@ fn engine() -> Result<Engine, UdfError> {
     let mut config = Config::new();
     config
         .wasm_component_model(true)
-        .epoch_interruption(std::env::var_os("NOEPOCH").is_none())
+        .epoch_interruption(true)
         .max_wasm_stack(PYTHON_WASM_STACK)
         .cranelift_opt_level(OptLevel::Speed)
         .parallel_compilation(true);
-    if std::env::var_os("NOSPECTRE").is_some() {
-        unsafe {
-            config.cranelift_flag_set("enable_table_access_spectre_mitigation", "false");
-            config.cranelift_flag_set("enable_heap_access_spectre_mitigation", "false");
-        }
-    }
     Engine::new(&config).map_err(|e| UdfError::Internal(format!("python engine: {e:#}")))
 }
 
