@@ -32,4 +32,8 @@ if [ ! -s "$out" ]; then
 fi
 # The fixed name the server looks for; replaced atomically so a running server's file stays whole.
 ln -sfn "$(basename "$out")" "$cache/runner.wasm.tmp.$$" && mv -Tf "$cache/runner.wasm.tmp.$$" "$cache/runner.wasm"
+# Earlier builds (~22 MB each, one per change of udf/python/) are kept three days, for a
+# checkout switched back and forth; the server prunes its compiled copies the same way.
+touch "$out"
+find "$cache" -maxdepth 1 -name 'runner-*.wasm' ! -name "$(basename "$out")" -mtime +3 -delete 2>/dev/null || true
 echo "$cache/runner.wasm"

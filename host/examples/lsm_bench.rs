@@ -328,10 +328,7 @@ async fn main() {
         });
         // `--wal-buffer BYTES`: lance's WAL size trigger (a flush whenever that many bytes
         // arrived), to compare with the server's default.
-        if let Some(bytes) = std::env::args()
-            .skip_while(|a| a != "--wal-buffer")
-            .nth(1)
-        {
+        if let Some(bytes) = std::env::args().skip_while(|a| a != "--wal-buffer").nth(1) {
             writer_config["max_wal_buffer_size"] = json!(bytes);
         }
         post(

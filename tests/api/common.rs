@@ -31,6 +31,8 @@ pub struct Server {
     /// The environment it was started with, kept for restarts.
     env: Vec<(String, String)>,
     data: Option<tempfile::TempDir>,
+    /// A node cache folder the server owns (removed with it).
+    cache: Option<tempfile::TempDir>,
     /// Lines the server printed before it started listening (e.g. a generated key).
     pub banner: Vec<String>,
     /// Requests as the bootstrap admin of tenant `default`.
@@ -129,6 +131,7 @@ impl Server {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             data: None,
+            cache: None,
             banner: banner.to_vec(),
             handle: Handle {
                 base,
@@ -183,6 +186,11 @@ impl Server {
             );
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
+    }
+
+    /// Hand the server the node cache folder it was started with, to remove with it.
+    pub fn own_cache(&mut self, cache: tempfile::TempDir) {
+        self.cache = Some(cache);
     }
 
     pub fn kill(&mut self) {

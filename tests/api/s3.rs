@@ -97,8 +97,36 @@ pub async fn server(root: &str, extra: &[(&str, &str)]) -> Server {
     let env = env();
     let mut all: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
     all.push(("LANCET_READ_CONSISTENCY_INTERVAL", "0"));
+    // A node keeps a cache folder per object-store root: unless the test says where, one of
+    // the server's own, removed with it (not the user's ~/.cache, one folder per test bucket),
+    // sharing only the machine's compiled Python runner.
+    let cache = (!extra.iter().any(|(k, _)| *k == "LANCET_CACHE_DIR")).then(node_cache);
+    let cache_path = cache
+        .as_ref()
+        .map(|c| c.path().to_str().unwrap().to_string());
+    if let Some(path) = &cache_path {
+        all.push(("LANCET_CACHE_DIR", path));
+    }
     all.extend_from_slice(extra);
-    Server::start_on(root, &all).await
+    let mut server = Server::start_on(root, &all).await;
+    if let Some(cache) = cache {
+        server.own_cache(cache);
+    }
+    server
+}
+
+/// A node cache folder whose `python/` is the machine's (where the compiled runner is).
+fn node_cache() -> tempfile::TempDir {
+    let cache = tempfile::tempdir().unwrap();
+    let machine = std::env::var_os("LANCET_CACHE_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            std::path::PathBuf::from(std::env::var("HOME").unwrap()).join(".cache/lancet")
+        })
+        .join("python");
+    std::fs::create_dir_all(&machine).unwrap();
+    std::os::unix::fs::symlink(&machine, cache.path().join("python")).unwrap();
+    cache
 }
 
 /// `lancet keys <args>` against `root`; returns stdout.

@@ -3,9 +3,11 @@ loopback): the lancedb SDK through one replica and the lance-namespace client th
 and pylance reading the table straight from the store with the storage options the server
 vends (`--vend-storage-options`)."""
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import uuid
@@ -45,11 +47,19 @@ def s3():
         "AWS_SECRET_ACCESS_KEY": "lancet-test-secret",
         "AWS_REGION": "us-east-1",
     }
+    # Each root gets a cache folder on the node (cached modules): keep them out of the user's
+    # ~/.cache, sharing only the compiled Python runner.
+    cache = tempfile.mkdtemp(prefix="lancet-s3-cache-")
+    machine = os.environ.get("LANCET_CACHE_DIR", os.path.expanduser("~/.cache/lancet"))
+    os.makedirs(os.path.join(machine, "python"), exist_ok=True)
+    os.symlink(os.path.join(machine, "python"), os.path.join(cache, "python"))
+    env["LANCET_CACHE_DIR"] = cache
     try:
         yield env
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 def new_root(env):

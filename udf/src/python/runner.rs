@@ -138,6 +138,7 @@ fn load(config: &PythonRunnerConfig) -> Result<PythonRunner, UdfError> {
             c
         }
     };
+    prune_compiled(&config.cache_dir, &cached);
     // The runner imports nothing (built with every WASI import stubbed): an empty linker.
     let linker: Linker<PyState> = Linker::new(&engine);
     let pre = linker
@@ -155,4 +156,89 @@ fn load(config: &PythonRunnerConfig) -> Result<PythonRunner, UdfError> {
         pre,
         _ticker: ticker,
     })
+}
+
+/// Compiled runners kept in the cache directory: the one in use and the most recently used
+/// others (another server version on the machine, a rollback).
+const KEEP_COMPILED: usize = 3;
+
+/// Marks `current` used (its modification time) and deletes compiled runners beyond the
+/// [`KEEP_COMPILED`] most recently used, when unused for a day: each is ~40 MB, and every
+/// runner or engine change makes a new one. A server that has one loaded keeps it (the file
+/// is mapped; deleting its name frees nothing until that server exits).
+fn prune_compiled(dir: &std::path::Path, current: &std::path::Path) {
+    let now = std::time::SystemTime::now();
+    if let Ok(f) = std::fs::File::options().write(true).open(current) {
+        let _ = f.set_modified(now);
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut compiled: Vec<(std::time::SystemTime, PathBuf)> = entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("python-runner-") && name.ends_with(".cwasm")
+        })
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    compiled.sort_by(|a, b| b.0.cmp(&a.0));
+    let day = std::time::Duration::from_secs(24 * 3600);
+    for (used, path) in compiled.into_iter().skip(KEEP_COMPILED) {
+        if path != current && now.duration_since(used).is_ok_and(|age| age > day) {
+            match std::fs::remove_file(&path) {
+                Ok(()) => tracing::info!(
+                    "removed an unused compiled python runner {}",
+                    path.display()
+                ),
+                Err(e) => tracing::debug!("could not remove {}: {e}", path.display()),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn compiled_runners_beyond_the_recent_ones_are_removed_once_a_day_unused() {
+        let dir = tempfile::tempdir().unwrap();
+        let at = |name: &str, age_h: u64| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, b"x").unwrap();
+            let f = std::fs::File::options().write(true).open(&p).unwrap();
+            f.set_modified(SystemTime::now() - Duration::from_secs(age_h * 3600))
+                .unwrap();
+            p
+        };
+        let current = at("python-runner-aaaa-k.cwasm", 100);
+        let recent = at("python-runner-b-k.cwasm", 1);
+        let young = at("python-runner-d-k.cwasm", 2);
+        let old = [
+            at("python-runner-c-k.cwasm", 30),
+            at("python-runner-e-k.cwasm", 48),
+        ];
+        let other = at("unrelated-file.cwasm", 500);
+        prune_compiled(dir.path(), &current);
+        assert!(
+            current.exists(),
+            "the one in use is kept (and now the newest)"
+        );
+        assert!(
+            recent.exists() && young.exists(),
+            "the next most recent two are kept"
+        );
+        assert!(
+            old.iter().all(|p| !p.exists()),
+            "beyond three and a day unused: removed"
+        );
+        // Beyond three but used within the day: kept.
+        let fresh = at("python-runner-g-k.cwasm", 3);
+        prune_compiled(dir.path(), &current);
+        assert!(fresh.exists());
+        assert!(other.exists(), "not a compiled runner");
+    }
 }
