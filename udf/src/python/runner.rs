@@ -183,7 +183,7 @@ fn prune_compiled(dir: &std::path::Path, current: &std::path::Path) {
         })
         .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
         .collect();
-    compiled.sort_by(|a, b| b.0.cmp(&a.0));
+    compiled.sort_by_key(|(used, _)| std::cmp::Reverse(*used));
     let day = std::time::Duration::from_secs(24 * 3600);
     for (used, path) in compiled.into_iter().skip(KEEP_COMPILED) {
         if path != current && now.duration_since(used).is_ok_and(|age| age > day) {
