@@ -771,3 +771,75 @@ async fn an_unset_cut_off_refuses_lsm_writes_until_it_is_run_again() {
     );
     assert!(!mem_wal.exists(), "the unset removed the MemWAL files");
 }
+
+#[tokio::test]
+async fn limited_reads_over_memtables_answer_only_live_latest_rows() {
+    let s = Server::start().await;
+    lsm_table(
+        &s,
+        "ev",
+        50,
+        json!({"mode": "bucket", "column": "id", "num_buckets": 2}),
+    )
+    .await;
+    // In memory: base keys updated (twice for some), new keys, and deletes of both kinds.
+    upsert(&s, "ev", &(0..30).collect::<Vec<_>>(), "m").await;
+    upsert(&s, "ev", &(10..20).collect::<Vec<_>>(), "n").await;
+    upsert(&s, "ev", &(100..140).collect::<Vec<_>>(), "m").await;
+    let (st, b) = s
+        .post(
+            "/v1/table/ev/delete",
+            json!({"predicate": "id = 3 OR id = 101 OR id = 12"}),
+        )
+        .await;
+    assert_eq!(st, 200, "{b}");
+    let mut truth = want(50, &[]);
+    for i in (0..30).chain(100..140) {
+        truth.insert(i, format!("m{i}"));
+    }
+    for i in 10..20 {
+        truth.insert(i, format!("n{i}"));
+    }
+    for i in [3, 101, 12] {
+        truth.remove(&i);
+    }
+    assert_eq!(table_rows(&s, "ev", None).await, truth);
+
+    for (filter, k) in [
+        ("v LIKE 'm%' OR v LIKE 'n%'", 20),
+        ("id < 20", 5),
+        ("v LIKE 'n%'", 9),
+        // More than the memtables can give: the full read answers.
+        ("v LIKE 'base%'", 15),
+        ("id >= 0", 200),
+    ] {
+        let batches = s
+            .query(
+                "ev",
+                json!({"filter": filter, "k": k, "columns": ["id", "v"]}),
+            )
+            .await;
+        let ids = ids(&batches);
+        let vs = strings(&batches, "v");
+        let matching = truth
+            .iter()
+            .filter(|(i, v)| match filter {
+                "v LIKE 'm%' OR v LIKE 'n%'" => v.starts_with('m') || v.starts_with('n'),
+                "id < 20" => **i < 20,
+                "v LIKE 'n%'" => v.starts_with('n'),
+                "v LIKE 'base%'" => v.starts_with("base"),
+                _ => true,
+            })
+            .count();
+        assert_eq!(ids.len(), matching.min(k), "{filter} k={k}: {ids:?}");
+        let unique: std::collections::BTreeSet<_> = ids.iter().collect();
+        assert_eq!(unique.len(), ids.len(), "{filter}: a key twice: {ids:?}");
+        for (i, v) in ids.iter().zip(vs) {
+            assert_eq!(
+                truth.get(i),
+                v.as_ref(),
+                "{filter}: row {i} is not the key's live latest version"
+            );
+        }
+    }
+}
