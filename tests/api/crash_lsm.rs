@@ -241,16 +241,16 @@ async fn sigkill_during_lsm_writes_loses_no_acknowledged_upsert_and_doubles_none
     // passes: drain, delete, and one more for generations a killed flush left unlisted),
     // then every row must still be there.
     // (Upkeep runs passes too; a request that finds one running gets no job of its own.)
-    let before = crate::lsm::mem_wal_files(s.data_dir());
+    let before = crate::lsm_lifecycle::mem_wal_files(s.data_dir());
     let deadline = Instant::now() + Duration::from_secs(60);
-    while crate::lsm::mem_wal_files(s.data_dir()).0 > 0 && Instant::now() < deadline {
+    while crate::lsm_lifecycle::mem_wal_files(s.data_dir()).0 > 0 && Instant::now() < deadline {
         let job = s.ok("/v1/table/w/compact_lsm", json!({})).await;
         match job["job_id"].as_str() {
             Some(id) => drop(s.wait_job(id).await),
             None => tokio::time::sleep(Duration::from_millis(100)).await,
         }
     }
-    let after = crate::lsm::mem_wal_files(s.data_dir());
+    let after = crate::lsm_lifecycle::mem_wal_files(s.data_dir());
     println!(
         "lsm crash: generation dirs {} -> {}, WAL entries {} -> {} after reclaiming",
         before.0, after.0, before.1, after.1

@@ -24,6 +24,7 @@ mod indexes;
 mod job_control;
 mod jobs;
 mod lsm;
+mod lsm_lifecycle;
 mod metadata;
 mod multipart;
 mod namespaces;
