@@ -22,7 +22,7 @@ mod write;
 
 pub use compact::CompactReport;
 pub use read::LsmRead;
-pub use reclaim::{DEFAULT_GRACE as DEFAULT_RECLAIM_GRACE, ReclaimReport};
+pub use reclaim::ReclaimReport;
 pub use spec::{LsmWriteSpec, Sharding};
 pub use stats::LsmStats;
 

@@ -35,7 +35,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::store::Store;
 
 /// How long each reclaim step waits after the one before, unless the server says otherwise.
-pub const DEFAULT_GRACE: Duration = Duration::from_secs(600);
+const DEFAULT_GRACE: Duration = Duration::from_secs(600);
 
 /// What one pass reclaimed, summed over the table's shards.
 #[derive(Debug, Clone, Default, Serialize)]
