@@ -68,6 +68,10 @@ impl Drop for Served {
 /// The `lancet` binary built beside the running bench (`target/<profile>/examples/..`).
 #[allow(dead_code)]
 pub fn server_binary() -> std::path::PathBuf {
+    // `LANCET_BENCH_SERVER=<path>`: another build of the server (before/after comparisons).
+    if let Some(path) = std::env::var_os("LANCET_BENCH_SERVER") {
+        return path.into();
+    }
     let exe = std::env::current_exe().expect("the bench's own path");
     exe.parent()
         .and_then(|examples| examples.parent())

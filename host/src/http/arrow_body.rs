@@ -47,6 +47,18 @@ pub struct ArrowBody {
 }
 
 impl ArrowBody {
+    /// Decodes `bytes`. Decoding is CPU work proportional to the body: a large one goes off
+    /// the async workers; a small one (an ingester's upsert) decodes in microseconds, less
+    /// than the hand-off to a blocking thread and back would cost.
+    pub async fn decode_bytes(bytes: Bytes) -> ApiResult<Self> {
+        if bytes.len() <= INLINE_DECODE_BYTES {
+            return ArrowBody::decode(&bytes);
+        }
+        tokio::task::spawn_blocking(move || ArrowBody::decode(&bytes))
+            .await
+            .map_err(|e| ApiError::internal(e.to_string()))?
+    }
+
     pub fn num_rows(&self) -> usize {
         self.batches.iter().map(RecordBatch::num_rows).sum()
     }
@@ -73,6 +85,9 @@ impl ArrowBody {
     }
 }
 
+/// Bodies up to this size are decoded on the request's own worker.
+const INLINE_DECODE_BYTES: usize = 256 << 10;
+
 impl<S: Send + Sync> FromRequest<S> for ArrowBody {
     type Rejection = ApiError;
 
@@ -80,9 +95,6 @@ impl<S: Send + Sync> FromRequest<S> for ArrowBody {
         let bytes = Bytes::from_request(req, state)
             .await
             .map_err(super::pipeline::body::bytes_error)?;
-        // Decoding is CPU work proportional to the body; keep it off the async workers.
-        tokio::task::spawn_blocking(move || ArrowBody::decode(&bytes))
-            .await
-            .map_err(|e| ApiError::internal(e.to_string()))?
+        ArrowBody::decode_bytes(bytes).await
     }
 }

@@ -486,7 +486,7 @@ pub fn service(
     body_timeout: std::time::Duration,
 ) -> tower_http::normalize_path::NormalizePath<Router> {
     use tower::Layer;
-    use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+    use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
     let panics = state.clone();
     let mut routes = routes().route("/metrics", get(metrics));
     if state.console {
@@ -542,7 +542,9 @@ pub fn service(
                     tower_http::trace::DefaultOnResponse::new().level(tracing::Level::INFO),
                 ),
         )
-        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid));
+        .layer(SetRequestIdLayer::x_request_id(
+            pipeline::observe::MakeRequestId,
+        ));
     tower_http::normalize_path::NormalizePathLayer::trim_trailing_slash().layer(router)
 }
 

@@ -53,12 +53,7 @@ pub async fn create(
 ) -> ApiResult<Response> {
     storable(&target.id)?;
     // Validate the stream here so a bad body is a clear 400 before the catalog is touched.
-    let decoded = {
-        let body = body.clone();
-        tokio::task::spawn_blocking(move || ArrowBody::decode(&body))
-            .await
-            .map_err(|e| ApiError::internal(e.to_string()))??
-    };
+    let decoded = ArrowBody::decode_bytes(body.clone()).await?;
     let mode = target.params.string("mode");
     if let Some(m) = &mode {
         let known = ["create", "overwrite", "exist_ok", "existok"];

@@ -18,7 +18,8 @@ use crate::error::{ApiError, ApiResult};
 /// by `auto_backfill` UDFs). The store knows nothing of what it does.
 pub type RowHook<'a> = &'a RowTransform<'a>;
 
-/// A transform of rows being written to `Dataset` (its current state).
+/// A transform of rows being written to `Dataset` (its current state). It is called on an
+/// async worker: one that blocks (a UDF) moves itself off it (`block_in_place`).
 pub type RowTransform<'a> =
     dyn Fn(&Dataset, Vec<RecordBatch>) -> ApiResult<Vec<RecordBatch>> + Sync + Send + 'a;
 
@@ -70,8 +71,7 @@ impl Store {
         hook: Option<RowHook<'_>>,
     ) -> ApiResult<(Vec<RecordBatch>, WriteParams)> {
         let batches = match hook {
-            // Hooks run UDFs, which block for up to their time limit: keep them off the async workers.
-            Some(h) => tokio::task::block_in_place(|| h(current, batches))?,
+            Some(h) => h(current, batches)?,
             None => batches,
         };
         let mode = if overwrite {
@@ -141,8 +141,7 @@ impl Store {
         let _guard = self.write_lock(location, branch).await;
         let current = self.latest(location, branch).await?;
         let batches = match hook {
-            // Hooks run UDFs, which block for up to their time limit: keep them off the async workers.
-            Some(h) => tokio::task::block_in_place(|| h(&current, batches))?,
+            Some(h) => h(&current, batches)?,
             None => batches,
         };
         for key in &opts.on {

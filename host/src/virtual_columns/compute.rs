@@ -18,27 +18,50 @@ impl VirtualColumns {
     /// The hook the store runs on rows `tenant` writes to an existing table.
     pub fn insert_hook<'a>(&'a self, tenant: &'a str) -> Box<RowTransform<'a>> {
         Box::new(move |ds, batches| {
-            let schema = Schema::from(ds.schema());
-            let virtuals: Vec<(Field, Option<Definition>)> = schema
-                .fields()
-                .iter()
-                .filter_map(|f| {
-                    let def = f
-                        .metadata()
-                        .get(DEFINITION_KEY)
-                        .and_then(|t| serde_json::from_str(t).ok());
-                    (def.is_some() || super::declared::kind(f).is_some())
-                        .then(|| (f.as_ref().clone(), def))
-                })
-                .collect();
-            if virtuals.is_empty() {
+            // Most tables have no virtual column: answer those from the field metadata alone,
+            // on the caller's thread (this runs on every write).
+            let any = ds.schema().fields.iter().any(|f| {
+                f.metadata.contains_key(DEFINITION_KEY)
+                    || f.metadata
+                        .get(super::declared::COMPUTED_KEY)
+                        .map(String::as_str)
+                        == Some("true")
+            });
+            if !any {
                 return Ok(batches);
             }
-            batches
-                .into_iter()
-                .map(|b| self.complete(tenant, &schema, &virtuals, b))
-                .collect()
+            // UDFs block for up to their time limit: the worker hands its queue to another
+            // thread first.
+            tokio::task::block_in_place(|| self.compute(tenant, ds, batches))
         })
+    }
+
+    fn compute(
+        &self,
+        tenant: &str,
+        ds: &lance::Dataset,
+        batches: Vec<RecordBatch>,
+    ) -> ApiResult<Vec<RecordBatch>> {
+        let schema = Schema::from(ds.schema());
+        let virtuals: Vec<(Field, Option<Definition>)> = schema
+            .fields()
+            .iter()
+            .filter_map(|f| {
+                let def = f
+                    .metadata()
+                    .get(DEFINITION_KEY)
+                    .and_then(|t| serde_json::from_str(t).ok());
+                (def.is_some() || super::declared::kind(f).is_some())
+                    .then(|| (f.as_ref().clone(), def))
+            })
+            .collect();
+        if virtuals.is_empty() {
+            return Ok(batches);
+        }
+        batches
+            .into_iter()
+            .map(|b| self.complete(tenant, &schema, &virtuals, b))
+            .collect()
     }
 
     fn complete(

@@ -41,7 +41,7 @@ impl Store {
         require_rows(&batches)?;
         let (ds, installed) = (&table.ds, &table.installed);
         let batches = match hook {
-            Some(h) => tokio::task::block_in_place(|| h(ds, batches))?,
+            Some(h) => h(ds, batches)?,
             None => batches,
         };
         for key in &installed.pk {
