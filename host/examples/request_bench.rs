@@ -12,7 +12,10 @@
 //! Printed per read: p50/p99 at 1 client, Lancet minus in-process against the HTTP floor
 //! (`GET /healthz` on the same client), Lancet's own time from `/metrics`, and throughput at 8
 //! clients with the ratio. The client is checked not to be the bottleneck by its own CPU time
-//! per request (from `getrusage`) and by its `GET /healthz` rate at 8 clients.
+//! per request (from `getrusage`) and by its `GET /healthz` rate at 8 clients. As the client
+//! shares the machine's cores with the server, c=8 also prints CPU per request: the server's
+//! (from `/proc/<pid>/stat`) against the in-process loop's, and their ratio (in-process over
+//! server: the throughput ratio a client on other cores would see, when the cores are full).
 //!
 //! ```sh
 //! cargo build --release --no-default-features -p lancet --bin lancet --example request_bench
@@ -253,7 +256,7 @@ async fn post(http: &reqwest::Client, url: &str, body: Value) -> Value {
     serde_json::from_str(&text).unwrap_or(Value::Null)
 }
 
-async fn measure(base: &str, location: &str, label: &str, n: usize, secs: f64) {
+async fn measure(base: &str, location: &str, label: &str, n: usize, secs: f64, server_pid: u32) {
     let ds = Arc::new(Dataset::open(location).await.unwrap());
     let http = client(KEY);
     let floor = latency(n, |_| {
@@ -287,9 +290,9 @@ async fn measure(base: &str, location: &str, label: &str, n: usize, secs: f64) {
         floor.0
     );
     println!(
-        "| read | Lancet p50/p99 | in-process p50/p99 | diff | diff - floor | server | Lancet c=8/s | client CPU µs/call | in-process c=8/s | ratio |"
+        "| read | Lancet p50/p99 | in-process p50/p99 | diff | diff - floor | server | Lancet c=8/s | client CPU µs/call | in-process c=8/s | ratio | server CPU µs/req c=8 | in-process CPU µs/call c=8 | CPU ratio |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for read in [Read::Vector, Read::Fts, Read::Count] {
         let before = server_time(&http, base, read.route()).await;
         let a = latency(n, |i| {
@@ -305,6 +308,8 @@ async fn measure(base: &str, location: &str, label: &str, n: usize, secs: f64) {
         })
         .await;
         let base_owned = base.to_string();
+        let server_cpu = process_cpu_ns(server_pid);
+        let started = Instant::now();
         let (ta, cpu) = throughput(8, secs, || {
             let http = client(KEY);
             let base = base_owned.clone();
@@ -315,7 +320,11 @@ async fn measure(base: &str, location: &str, label: &str, n: usize, secs: f64) {
             })
         })
         .await;
-        let (tb, _) = throughput(8, secs, || {
+        // The server's own CPU per request at c=8, against the in-process loop's CPU per call
+        // below: what each costs the machine, whoever else runs on it.
+        let served = ta * started.elapsed().as_secs_f64();
+        let server_us = (process_cpu_ns(server_pid) - server_cpu) as f64 / 1e3 / served;
+        let (tb, in_process_us) = throughput(8, secs, || {
             let ds = ds.clone();
             Box::new(move |i| {
                 let ds = ds.clone();
@@ -326,16 +335,35 @@ async fn measure(base: &str, location: &str, label: &str, n: usize, secs: f64) {
         .await;
         let diff = a.0 - b.0;
         println!(
-            "| {} | {:.3}/{:.3} | {:.3}/{:.3} | {diff:.3} | {:.3} | {server:.3} | {ta:.0} | {cpu:.0} | {tb:.0} | {:.2} |",
+            "| {} | {:.3}/{:.3} | {:.3}/{:.3} | {diff:.3} | {:.3} | {server:.3} | {ta:.0} | {cpu:.0} | {tb:.0} | {:.2} | {server_us:.0} | {in_process_us:.0} | {:.2} |",
             read.name(),
             a.0,
             a.1,
             b.0,
             b.1,
             diff - floor.0,
-            ta / tb
+            ta / tb,
+            in_process_us / server_us
         );
     }
+}
+
+/// Nanoseconds of CPU process `pid` has used (user + system), from `/proc/<pid>/stat`.
+fn process_cpu_ns(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) end with ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or("", |(_, rest)| rest)
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|i| fields.get(*i).and_then(|f| f.parse::<u64>().ok()))
+        .sum();
+    // SAFETY: sysconf only reads its argument.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    ticks * 1_000_000_000 / hz
 }
 
 #[tokio::main]
@@ -414,7 +442,7 @@ async fn main() {
         println!("{i} calls");
         return;
     }
-    measure(&base, &location, "fresh (40 fragments)", n, secs).await;
+    measure(&base, &location, "fresh (40 fragments)", n, secs, served.child.id()).await;
     post(&http, &format!("{base}/v1/table/t/optimize"), json!({})).await;
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
@@ -425,5 +453,5 @@ async fn main() {
         assert!(Instant::now() < deadline, "optimize did not compact");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    measure(&base, &location, "compacted", n, secs).await;
+    measure(&base, &location, "compacted", n, secs, served.child.id()).await;
 }
