@@ -5,7 +5,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 use wasmtime::{
@@ -112,81 +112,101 @@ pub(crate) fn compatibility_key(engine: &Engine) -> String {
 /// Background thread advancing the engine's epoch every [`EPOCH_TICK`] while a guest may be
 /// running; stops on drop.
 ///
-/// An always-on ticker wakes twice per tick per engine on a server that runs no UDF at all
-/// (~400 wake-ups a second for the two engines, each a preemption of a request's thread on a
-/// small machine). So the ticker sleeps until a deadline is set ([`deadline_ticks`], called
-/// before every guest entry) and keeps ticking until every deadline set so far has had its
-/// ticks with a wide margin. No call end is tracked: a window that outlives the call only
-/// costs some ticks, and one cannot end before the deadline it was opened for is reached.
+/// An always-on ticker wakes every tick per engine on a server that runs no UDF at all (~400
+/// wake-ups a second for the two engines, each a preemption of a request's thread on a small
+/// machine). So a ticker sleeps until a deadline is set ([`deadline_ticks`], called before
+/// every guest entry) and then gives at least that many ticks (and two more) before it sleeps
+/// again. The window is counted in ticks, not time: on a loaded machine where sleeps overshoot,
+/// a guest still gets interrupted after its ticks. No call end is tracked: a window that
+/// outlives its call only costs some ticks.
 pub(crate) struct EpochTicker {
-    stop: Arc<AtomicBool>,
+    state: Arc<TickerState>,
     thread: Option<JoinHandle<()>>,
+    registry: &'static Registry,
 }
 
-/// Nanoseconds since [`origin`] until which the tickers tick.
-static TICK_UNTIL: AtomicU64 = AtomicU64::new(0);
-/// The ticker threads, to wake when a window opens.
-static TICKERS: Mutex<Vec<std::thread::Thread>> = Mutex::new(Vec::new());
+type Registry = Mutex<Vec<Arc<TickerState>>>;
 
-fn origin() -> Instant {
-    static ORIGIN: OnceLock<Instant> = OnceLock::new();
-    *ORIGIN.get_or_init(Instant::now)
+struct TickerState {
+    /// Ticks given so far (each one `increment_epoch`); only the ticker thread adds to it.
+    ticks: AtomicU64,
+    /// Tick count up to which the ticker keeps ticking.
+    until: AtomicU64,
+    stop: AtomicBool,
+    thread: OnceLock<std::thread::Thread>,
 }
 
-fn now_nanos() -> u64 {
-    origin().elapsed().as_nanos() as u64
+/// Every running ticker, to open windows on: a deadline does not say which engine it is for.
+static TICKERS: Registry = Mutex::new(Vec::new());
+
+fn lock(registry: &Registry) -> std::sync::MutexGuard<'_, Vec<Arc<TickerState>>> {
+    registry.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn tickers() -> std::sync::MutexGuard<'static, Vec<std::thread::Thread>> {
-    TICKERS.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Keeps the tickers running for at least `timeout` from now (twice that and 50 ms more:
-/// sleeps overshoot, so `n` ticks take longer than `n` tick lengths).
-fn keep_ticking(timeout: Duration) {
-    let span = timeout.as_nanos().saturating_mul(2).min(u64::MAX as u128) as u64;
-    let until = now_nanos().saturating_add(span).saturating_add(50_000_000);
-    let before = TICK_UNTIL.fetch_max(until, Ordering::AcqRel);
-    // A ticker that read the old window before this store may be parking: it read the time
-    // first, so its time is below a time read now. Wake it whenever the old window ends before
-    // that (or nearly so); an unpark of a running thread is one atomic operation.
-    if before < now_nanos().saturating_add(2 * EPOCH_TICK.as_nanos() as u64) {
-        tickers().iter().for_each(std::thread::Thread::unpark);
+/// Makes every ticker give at least `ticks` more ticks (two more: the engine's epoch may be
+/// one ahead of the ticker's count, and the current tick may be about to end).
+fn keep_ticking(registry: &Registry, ticks: u64) {
+    for t in lock(registry).iter() {
+        let done = t.ticks.load(Ordering::Acquire);
+        let before = t.until.fetch_max(
+            done.saturating_add(ticks).saturating_add(2),
+            Ordering::AcqRel,
+        );
+        // The ticker parks only after reading `until <= ticks`, and only it adds ticks: if the
+        // window it may have seen was over, wake it (an unpark of a running thread is one
+        // atomic operation).
+        if before <= t.ticks.load(Ordering::Acquire)
+            && let Some(thread) = t.thread.get()
+        {
+            thread.unpark();
+        }
     }
 }
 
 impl EpochTicker {
     pub(crate) fn start(engine: Engine) -> Result<Self, UdfError> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
+        Self::start_in(engine, &TICKERS)
+    }
+
+    fn start_in(engine: Engine, registry: &'static Registry) -> Result<Self, UdfError> {
+        let state = Arc::new(TickerState {
+            ticks: AtomicU64::new(0),
+            until: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            thread: OnceLock::new(),
+        });
+        let shared = state.clone();
         let thread = std::thread::Builder::new()
             .name("lancet-udf-epoch".into())
             .spawn(move || {
-                while !flag.load(Ordering::Relaxed) {
-                    if now_nanos() >= TICK_UNTIL.load(Ordering::Acquire) {
+                while !shared.stop.load(Ordering::Acquire) {
+                    let done = shared.ticks.load(Ordering::Acquire);
+                    if done >= shared.until.load(Ordering::Acquire) {
                         // The timeout is only a backstop; a window opening unparks.
                         std::thread::park_timeout(Duration::from_secs(1));
                         continue;
                     }
                     std::thread::sleep(EPOCH_TICK);
                     engine.increment_epoch();
+                    shared.ticks.store(done + 1, Ordering::Release);
                 }
             })
             .map_err(|e| UdfError::io("starting the epoch thread", e))?;
-        tickers().push(thread.thread().clone());
+        let _ = state.thread.set(thread.thread().clone());
+        lock(registry).push(state.clone());
         Ok(Self {
-            stop,
+            state,
             thread: Some(thread),
+            registry,
         })
     }
 }
 
 impl Drop for EpochTicker {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        lock(self.registry).retain(|t| !Arc::ptr_eq(t, &self.state));
+        self.state.stop.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {
-            let id = t.thread().id();
-            tickers().retain(|other| other.id() != id);
             t.thread().unpark();
             let _ = t.join();
         }
@@ -194,10 +214,16 @@ impl Drop for EpochTicker {
 }
 
 /// Epoch ticks to allow for `timeout`: rounded up, plus one because the current tick may be
-/// about to end. Called right before a guest runs: it also keeps the tickers ticking for it.
+/// about to end. Called right before a guest runs: it also has the tickers give those ticks.
 pub(crate) fn deadline_ticks(timeout: Duration) -> u64 {
-    keep_ticking(timeout);
-    (timeout.as_nanos().div_ceil(EPOCH_TICK.as_nanos()) as u64).max(1) + 1
+    let ticks = (timeout
+        .as_nanos()
+        .div_ceil(EPOCH_TICK.as_nanos())
+        .min(u64::MAX as u128) as u64)
+        .max(1)
+        .saturating_add(1);
+    keep_ticking(&TICKERS, ticks);
+    ticks
 }
 
 #[cfg(test)]
@@ -205,19 +231,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_deadline_keeps_the_tickers_running_well_past_it() {
-        let timeout = Duration::from_millis(700);
-        let ticks = deadline_ticks(timeout);
-        assert_eq!(ticks, 141);
-        let left = TICK_UNTIL
-            .load(Ordering::Acquire)
-            .saturating_sub(now_nanos());
-        assert!(
-            left >= (2 * timeout).as_nanos() as u64,
-            "window {left} ns for a {timeout:?} deadline"
-        );
-        // Even an absurd timeout opens a window instead of wrapping around.
-        deadline_ticks(Duration::MAX);
-        assert_eq!(TICK_UNTIL.load(Ordering::Acquire), u64::MAX);
+    fn deadlines_round_up_and_count_the_current_tick() {
+        assert_eq!(deadline_ticks(Duration::from_millis(20)), 5);
+        assert_eq!(deadline_ticks(Duration::from_millis(21)), 6);
+        assert_eq!(deadline_ticks(Duration::ZERO), 2);
+        assert!(deadline_ticks(Duration::MAX) > 1 << 40);
+    }
+
+    #[test]
+    fn a_deadline_wakes_an_idle_ticker_for_its_ticks_then_it_sleeps() {
+        // A registry of its own: other tests' deadlines must not wake this ticker.
+        static REGISTRY: Registry = Mutex::new(Vec::new());
+        let engine = Engine::new(Config::new().epoch_interruption(true)).unwrap();
+        let ticker = EpochTicker::start_in(engine, &REGISTRY).unwrap();
+        let state = ticker.state.clone();
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(state.ticks.load(Ordering::Acquire), 0, "idle: no ticks");
+        keep_ticking(&REGISTRY, 5);
+        let begun = std::time::Instant::now();
+        while state.ticks.load(Ordering::Acquire) < 7 {
+            assert!(
+                begun.elapsed() < Duration::from_secs(10),
+                "ticks did not come"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // The window was 7 ticks: then it sleeps again.
+        std::thread::sleep(Duration::from_millis(100));
+        let ticks = state.ticks.load(Ordering::Acquire);
+        assert!(ticks <= 8, "{ticks} ticks after a 7-tick window");
+        drop(ticker);
     }
 }
