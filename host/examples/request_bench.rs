@@ -442,7 +442,15 @@ async fn main() {
         println!("{i} calls");
         return;
     }
-    measure(&base, &location, "fresh (40 fragments)", n, secs, served.child.id()).await;
+    measure(
+        &base,
+        &location,
+        "fresh (40 fragments)",
+        n,
+        secs,
+        served.child.id(),
+    )
+    .await;
     post(&http, &format!("{base}/v1/table/t/optimize"), json!({})).await;
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
