@@ -418,28 +418,47 @@ async fn main() {
         served = start();
         base = served.base.clone();
     }
-    // `--hold <vector|fts|count> --secs S`: only that read through Lancet at 1 client for S
-    // seconds, the server's pid printed first: for a profiler attached to the server.
+    // `--hold <vector|fts|count> --secs S [--clients C]`: only that read through Lancet, at C
+    // clients (1 unless told) for S seconds, the server's pid printed first: for a profiler
+    // attached to the server. `--clients 0` only keeps the server up (its address printed) for
+    // a client of another kind.
     if let Some(read) = hold() {
-        println!("server pid {}", served.child.id());
+        println!("server pid {} at {base}", served.child.id());
+        let clients = arg("--clients", 1);
         let stop = Instant::now() + Duration::from_secs_f64(secs);
-        let mut i = 0;
         // `--in-process`: the same loop on lance in this process (profile the bench itself).
         let ds = std::env::args()
             .any(|a| a == "--in-process")
             .then(|| Dataset::open(&location));
         let ds = match ds {
-            Some(open) => Some(open.await.unwrap()),
+            Some(open) => Some(Arc::new(open.await.unwrap())),
             None => None,
         };
-        while Instant::now() < stop {
-            match &ds {
-                Some(ds) => read.in_process(ds, i).await,
-                None => read.lancet(&http, &base, i).await,
-            };
-            i += 1;
+        let calls = Arc::new(AtomicU64::new(0));
+        let tasks: Vec<_> = (0..clients)
+            .map(|c| {
+                let (ds, http, base, calls) =
+                    (ds.clone(), http.clone(), base.clone(), calls.clone());
+                tokio::spawn(async move {
+                    let mut i = c * 1_000_003;
+                    while Instant::now() < stop {
+                        match &ds {
+                            Some(ds) => read.in_process(ds, i).await,
+                            None => read.lancet(&http, &base, i).await,
+                        };
+                        calls.fetch_add(1, Ordering::Relaxed);
+                        i += 1;
+                    }
+                })
+            })
+            .collect();
+        if clients == 0 {
+            tokio::time::sleep_until(stop.into()).await;
         }
-        println!("{i} calls");
+        for t in tasks {
+            t.await.unwrap();
+        }
+        println!("{} calls", calls.load(Ordering::Relaxed));
         return;
     }
     measure(

@@ -284,11 +284,7 @@ pub async fn serve(config: ServeConfig) -> anyhow_like::Result<()> {
 /// Serves connections until SIGINT/SIGTERM, then lets requests in flight finish. Our own loop
 /// rather than `axum::serve`, for what that lacks: a header-read timeout (a client that
 /// trickles its headers cannot hold a connection forever) and a cap on open connections.
-async fn accept_loop(
-    listener: TcpListener,
-    service: tower_http::normalize_path::NormalizePath<axum::Router>,
-    config: &ServeConfig,
-) {
+async fn accept_loop(listener: TcpListener, service: http::Service, config: &ServeConfig) {
     use hyper_util::rt::{TokioIo, TokioTimer};
     use tower::ServiceExt;
     let mut http = hyper::server::conn::http1::Builder::new();

@@ -35,7 +35,22 @@ async fn metrics_count_requests_latency_bytes_and_datasets_by_route_and_tenant()
     }
     let (status, _) = server.post("/v1/table/missing/describe", json!({})).await;
     assert_eq!(status, 404);
+    // Refused before the router (no credential): still counted under its route's pattern,
+    // trailing slash and all; a path no route has, under "unmatched".
+    let r = reqwest::Client::new()
+        .post(server.url("/v1/table/m/count_rows/"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    let (status, _) = server.post("/v1/table/m/no_such_route", json!({})).await;
+    assert_eq!(status, 404);
     let text = metrics_text(&server).await;
+    let refused = r#"lancet_http_requests_total{route="/v1/table/{id}/count_rows",method="POST",status="401","#;
+    assert_eq!(metric(&text, refused), Some(1.0), "{text}");
+    let unmatched = r#"lancet_http_requests_total{route="unmatched",method="POST",status="404","#;
+    assert_eq!(metric(&text, unmatched), Some(1.0), "{text}");
     let count_rows = r#"lancet_http_requests_total{route="/v1/table/{id}/count_rows",method="POST",status="200",tenant="default"}"#;
     assert_eq!(metric(&text, count_rows), Some(3.0), "{text}");
     let missing = r#"lancet_http_requests_total{route="/v1/table/{id}/describe",method="POST",status="404",tenant="default"}"#;

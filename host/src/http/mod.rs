@@ -475,65 +475,42 @@ pub fn route_table() -> Vec<RouteInfo> {
     build().table
 }
 
-/// The full service: routes plus the cross-cutting layers, outermost first: request id,
-/// tracing span, metrics, `phalanx-version`, error rendering, body timeout, whole-server
-/// admission, context mapping, `phalanx-version` again (so answers mirror it), credentials,
-/// per-tenant admission and fair run slots, panics, fault injection, body limit. Trailing
-/// slashes are ignored.
-pub fn service(
-    state: AppState,
-    body_limit: usize,
-    body_timeout: std::time::Duration,
-) -> tower_http::normalize_path::NormalizePath<Router> {
-    use tower::Layer;
+/// The whole server as one service, for the accept loop.
+pub type Service = tower::util::BoxCloneSyncService<Request, Response, std::convert::Infallible>;
+
+/// The full service: the cross-cutting layers, outermost first: trailing slashes ignored,
+/// request id, tracing span, metrics, `phalanx-version`, error rendering, body timeout,
+/// whole-server admission, context mapping, `phalanx-version` again (so answers mirror it),
+/// credentials, per-tenant admission and fair run slots, panics, fault injection, body limit;
+/// then the router, whose routes add the role guard.
+///
+/// The layers wrap the router from outside rather than through `Router::layer`: that boxes
+/// every layer around every route, and each call clones the boxed services below it, deeply
+/// (a dozen layers made ~80 allocations per request). Here each layer holds the next one
+/// directly, and a request pays for one box, at the top.
+pub fn service(state: AppState, body_limit: usize, body_timeout: std::time::Duration) -> Service {
+    use tower::{ServiceBuilder, ServiceExt as _};
     use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
+    use tower_http::timeout::TimeoutBody;
     let panics = state.clone();
-    let mut routes = routes().route("/metrics", get(metrics));
+    let built = build();
+    let mut routes = built.router.route("/metrics", get(metrics));
+    let mut names: Vec<&'static str> = built.table.iter().map(|r| r.path).collect();
+    names.extend(["/healthz", "/metrics"]);
     if state.console {
         routes = routes
             .route("/", get(console::root))
             .route("/console", get(console::index))
             .route("/console/{*path}", get(console::file));
+        names.extend(["/", "/console", "/console/{*path}"]);
     }
-    let router = routes
-        .fallback(errors::no_route)
-        .with_state(state.clone())
-        // For middleware that is not given the state (`upkeep::note_writes`).
-        .layer(axum::Extension(state.clone()))
-        .layer(DefaultBodyLimit::max(body_limit))
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            pipeline::observe::inject_faults,
+    let router = routes.fallback(errors::no_route).with_state(state.clone());
+    let names = Arc::new(pipeline::observe::RouteNames::new(names));
+    let stack = ServiceBuilder::new()
+        .layer(tower_http::normalize_path::NormalizePathLayer::trim_trailing_slash())
+        .layer(SetRequestIdLayer::x_request_id(
+            pipeline::observe::MakeRequestId,
         ))
-        .layer(CatchPanicLayer::custom(move |panic| {
-            pipeline::observe::panicked(&panics, panic)
-        }))
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            pipeline::overload::admit_tenant,
-        ))
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            pipeline::auth::authenticate,
-        ))
-        // Inside the context mapping, so that answers mirror `phalanx-version` into `context`.
-        .layer(middleware::from_fn(response_headers))
-        .layer(middleware::from_fn(pipeline::context::map_context))
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            pipeline::overload::admit_request,
-        ))
-        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
-            body_timeout,
-        ))
-        .layer(middleware::from_fn(errors::render_errors))
-        // Again outside, for answers made before the context layer (overload refusals).
-        .layer(middleware::from_fn(response_headers))
-        .layer(middleware::from_fn_with_state(
-            state,
-            pipeline::observe::record_metrics,
-        ))
-        .layer(PropagateRequestIdLayer::x_request_id())
         .layer(
             TraceLayer::new_for_http()
                 .make_span_with(pipeline::observe::request_span)
@@ -542,10 +519,48 @@ pub fn service(
                     tower_http::trace::DefaultOnResponse::new().level(tracing::Level::INFO),
                 ),
         )
-        .layer(SetRequestIdLayer::x_request_id(
-            pipeline::observe::MakeRequestId,
-        ));
-    tower_http::normalize_path::NormalizePathLayer::trim_trailing_slash().layer(router)
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(middleware::from_fn_with_state(
+            (state.clone(), names),
+            pipeline::observe::record_metrics,
+        ))
+        // Again outside, for answers made before the context layer (overload refusals).
+        .layer(middleware::from_fn(response_headers))
+        .layer(middleware::from_fn(errors::render_errors))
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            body_timeout,
+        ))
+        .map_request(|request: Request<TimeoutBody<axum::body::Body>>| {
+            request.map(axum::body::Body::new)
+        })
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            pipeline::overload::admit_request,
+        ))
+        .layer(middleware::from_fn(pipeline::context::map_context))
+        // Inside the context mapping, so that answers mirror `phalanx-version` into `context`.
+        .layer(middleware::from_fn(response_headers))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            pipeline::auth::authenticate,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            pipeline::overload::admit_tenant,
+        ))
+        .layer(CatchPanicLayer::custom(move |panic| {
+            pipeline::observe::panicked(&panics, panic)
+        }))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            pipeline::observe::inject_faults,
+        ))
+        .layer(DefaultBodyLimit::max(body_limit))
+        // For middleware that is not given the state (`upkeep::note_writes`).
+        .layer(axum::Extension(state))
+        .service(router)
+        .map_response(IntoResponse::into_response);
+    Service::new(stack)
 }
 
 /// `GET /metrics`: Prometheus text. Loopback clients need no credential; others need

@@ -14,7 +14,9 @@
 //! Imports run one way, towards the bottom of the request path: `overload` and `extract` use
 //! `auth` (the caller's tenant); `overload` uses `fair`; `auth`, `context`, `extract` and
 //! `overload` use `body`; `observe`, `fair` and `body` use none of the others. The layers are
-//! put together in `http::service`; error rendering (`http::errors`) wraps them.
+//! put together in `http::service`, around the router rather than inside it (each request then
+//! clones no boxed layer stack); error rendering (`http::errors`) wraps them. Only the role
+//! guard sits on the routes themselves.
 
 pub mod auth;
 pub mod body;

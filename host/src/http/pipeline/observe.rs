@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use axum::body::{Body, Bytes, HttpBody};
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{Request, State};
 use axum::http::Method;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -42,14 +42,35 @@ pub fn request_span(request: &Request) -> Span {
     )
 }
 
+/// The route patterns a path may match, for the metrics' route label. The layers run before
+/// the router (see `http::service`), so they cannot read axum's `MatchedPath`: they look the
+/// path up here instead, one match of the same patterns the router holds.
+pub struct RouteNames(matchit::Router<&'static str>);
+
+impl RouteNames {
+    pub fn new(patterns: impl IntoIterator<Item = &'static str>) -> Self {
+        let mut router = matchit::Router::new();
+        for pattern in patterns {
+            // The route table lists a path once per method: the first insert is enough.
+            let _ = router.insert(pattern, pattern);
+        }
+        Self(router)
+    }
+
+    /// The pattern `path` matches, or "unmatched".
+    pub fn name(&self, path: &str) -> &'static str {
+        self.0.at(path).map_or("unmatched", |m| *m.value)
+    }
+}
+
 /// Counts requests, latency and bytes by route (the route pattern, so ids do not explode the
 /// label set), method, status and tenant.
-pub async fn record_metrics(State(app): State<AppState>, request: Request, next: Next) -> Response {
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_string())
-        .unwrap_or_else(|| "unmatched".to_string());
+pub async fn record_metrics(
+    State((app, names)): State<(AppState, Arc<RouteNames>)>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let route = names.name(request.uri().path()).to_string();
     // Extension methods are any token a client sends: one label value for all of them keeps
     // the series bounded.
     let method = match *request.method() {
@@ -264,5 +285,33 @@ mod request_id_tests {
             let parsed = uuid::Uuid::parse_str(id).unwrap();
             assert_eq!(parsed.get_version_num(), 4, "{id}");
         }
+    }
+}
+
+#[cfg(test)]
+mod route_name_tests {
+    use super::RouteNames;
+
+    #[test]
+    fn paths_are_named_by_the_pattern_they_match() {
+        let names = RouteNames::new([
+            "/healthz",
+            "/v1/table/{id}/count_rows",
+            "/v1/table/{id}/count_rows",
+            "/v1/namespace/{id}/table/list",
+            "/console/{*path}",
+        ]);
+        assert_eq!(names.name("/healthz"), "/healthz");
+        assert_eq!(
+            names.name("/v1/table/ns$t/count_rows"),
+            "/v1/table/{id}/count_rows"
+        );
+        assert_eq!(
+            names.name("/v1/namespace/a/table/list"),
+            "/v1/namespace/{id}/table/list"
+        );
+        assert_eq!(names.name("/console/app.js"), "/console/{*path}");
+        assert_eq!(names.name("/v1/table/t/nope"), "unmatched");
+        assert_eq!(names.name("/v1/table/a/b/count_rows"), "unmatched");
     }
 }
