@@ -51,7 +51,8 @@ impl RouteNames {
     pub fn new(patterns: impl IntoIterator<Item = &'static str>) -> Self {
         let mut router = matchit::Router::new();
         for pattern in patterns {
-            // The route table lists a path once per method: the first insert is enough.
+            // The route table lists a path once per method, so a pattern may come again; that
+            // is the only refusal possible, as axum's router took the same patterns.
             let _ = router.insert(pattern, pattern);
         }
         Self(router)
