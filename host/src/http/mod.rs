@@ -465,11 +465,6 @@ fn build() -> Routes {
     .params(&[LIMIT, PAGE_TOKEN])
 }
 
-/// Every route with its handler and role guard.
-pub fn routes() -> Router<AppState> {
-    build().router
-}
-
 /// Every `/v1` route: method, path, role needed, request and answer (see [`openapi`]).
 pub fn route_table() -> Vec<RouteInfo> {
     build().table
