@@ -4,6 +4,8 @@
 //! of the server already keep (datasets cached, jobs, UDF calls) are read at scrape time, so
 //! those parts need no hook for metrics.
 
+use std::borrow::Cow;
+use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -26,17 +28,19 @@ struct ObjectStoreLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
-    pub route: String,
-    pub method: String,
+    pub route: Cow<'static, str>,
+    pub method: Cow<'static, str>,
     pub status: u16,
-    pub tenant: String,
+    pub tenant: Arc<str>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+/// Route and method are static strings for HTTP requests, and the tenant shared: looking up
+/// a request's series allocates nothing.
 pub struct RouteLabels {
-    pub route: String,
-    pub method: String,
-    pub tenant: String,
+    pub route: Cow<'static, str>,
+    pub method: Cow<'static, str>,
+    pub tenant: Arc<str>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -141,17 +145,17 @@ impl Metrics {
     pub fn record(&self, route: &str, tenant: &str, status: u16, seconds: f64) {
         self.requests
             .get_or_create(&RequestLabels {
-                route: route.to_string(),
-                method: "GRPC".to_string(),
+                route: Cow::Owned(route.to_string()),
+                method: Cow::Borrowed("GRPC"),
                 status,
-                tenant: tenant.to_string(),
+                tenant: tenant.into(),
             })
             .inc();
         self.latency
             .get_or_create(&RouteLabels {
-                route: route.to_string(),
-                method: "GRPC".to_string(),
-                tenant: tenant.to_string(),
+                route: Cow::Owned(route.to_string()),
+                method: Cow::Borrowed("GRPC"),
+                tenant: tenant.into(),
             })
             .observe(seconds);
     }

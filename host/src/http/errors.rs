@@ -5,7 +5,6 @@
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use lance_namespace::ErrorCode;
 use serde_json::json;
@@ -61,9 +60,13 @@ pub fn error_json(err: &ApiError, instance: &str) -> serde_json::Value {
 
 /// Middleware: turns an [`ApiError`] carried in a response, or any non-JSON error body that
 /// axum or tower-http produced, into the JSON error shape.
-pub async fn render_errors(request: Request, next: Next) -> Response {
+pub async fn render_errors<N, F>(request: Request, next: N) -> Response
+where
+    N: FnOnce(Request) -> F,
+    F: std::future::Future<Output = Response>,
+{
     let instance = request.uri().path().to_string();
-    let response = next.run(request).await;
+    let response = next(request).await;
     let status = response.status();
     if status.is_success() || status.is_redirection() || status.is_informational() {
         return response;

@@ -43,12 +43,10 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::handler::Handler;
-use axum::http::{HeaderName, HeaderValue};
-use axum::middleware::{self, Next};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
 use serde_json::Value;
-use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
 
 use crate::App;
@@ -102,10 +100,7 @@ impl Routes {
         } else {
             handler
         };
-        let guarded = handler.route_layer(middleware::from_fn_with_state(
-            role,
-            pipeline::auth::require,
-        ));
+        let guarded = handler.route_layer(pipeline::auth::Require(role));
         self.router = self.router.route(path, guarded);
         let first = self.table.len();
         self.table.extend(methods.iter().map(|&method| RouteInfo {
@@ -473,21 +468,17 @@ pub fn route_table() -> Vec<RouteInfo> {
 /// The whole server as one service, for the accept loop.
 pub type Service = tower::util::BoxCloneSyncService<Request, Response, std::convert::Infallible>;
 
-/// The full service: the cross-cutting layers, outermost first: trailing slashes ignored,
-/// request id, tracing span, metrics, `phalanx-version`, error rendering, body timeout,
-/// whole-server admission, context mapping, `phalanx-version` again (so answers mirror it),
-/// credentials, per-tenant admission and fair run slots, panics, fault injection, body limit;
-/// then the router, whose routes add the role guard.
+/// The full service: trailing slashes ignored, request id, tracing span (tower-http layers),
+/// then the request pipeline's stages ([`pipeline::Pipeline`]: metrics, error rendering,
+/// admission, context mapping, credentials, per-tenant admission and fair run slots, panics,
+/// fault injection), then the router, whose routes add the role guard.
 ///
-/// The layers wrap the router from outside rather than through `Router::layer`: that boxes
-/// every layer around every route, and each call clones the boxed services below it, deeply
-/// (a dozen layers made ~80 allocations per request). Here each layer holds the next one
-/// directly, and a request pays for one box, at the top.
+/// All of it wraps the router from outside rather than through `Router::layer`, which boxes
+/// every layer around every route and clones the boxed services below on each call (a dozen
+/// layers made ~80 allocations per request). A request pays for one box, at the top.
 pub fn service(state: AppState, body_limit: usize, body_timeout: std::time::Duration) -> Service {
     use tower::{ServiceBuilder, ServiceExt as _};
     use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
-    use tower_http::timeout::TimeoutBody;
-    let panics = state.clone();
     let built = build();
     let mut routes = built.router.route("/metrics", get(metrics));
     let mut names: Vec<&'static str> = built.table.iter().map(|r| r.path).collect();
@@ -501,6 +492,12 @@ pub fn service(state: AppState, body_limit: usize, body_timeout: std::time::Dura
     }
     let router = routes.fallback(errors::no_route).with_state(state.clone());
     let names = Arc::new(pipeline::observe::RouteNames::new(names));
+    // Below the stages: the body limit for extractors, and the state for middleware that is
+    // not given it (`upkeep::note_writes`).
+    let router = ServiceBuilder::new()
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::Extension(state.clone()))
+        .service(router);
     let stack = ServiceBuilder::new()
         .layer(tower_http::normalize_path::NormalizePathLayer::trim_trailing_slash())
         .layer(SetRequestIdLayer::x_request_id(
@@ -515,45 +512,7 @@ pub fn service(state: AppState, body_limit: usize, body_timeout: std::time::Dura
                 ),
         )
         .layer(PropagateRequestIdLayer::x_request_id())
-        .layer(middleware::from_fn_with_state(
-            (state.clone(), names),
-            pipeline::observe::record_metrics,
-        ))
-        // Again outside, for answers made before the context layer (overload refusals).
-        .layer(middleware::from_fn(response_headers))
-        .layer(middleware::from_fn(errors::render_errors))
-        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
-            body_timeout,
-        ))
-        .map_request(|request: Request<TimeoutBody<axum::body::Body>>| {
-            request.map(axum::body::Body::new)
-        })
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            pipeline::overload::admit_request,
-        ))
-        .layer(middleware::from_fn(pipeline::context::map_context))
-        // Inside the context mapping, so that answers mirror `phalanx-version` into `context`.
-        .layer(middleware::from_fn(response_headers))
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            pipeline::auth::authenticate,
-        ))
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            pipeline::overload::admit_tenant,
-        ))
-        .layer(CatchPanicLayer::custom(move |panic| {
-            pipeline::observe::panicked(&panics, panic)
-        }))
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            pipeline::observe::inject_faults,
-        ))
-        .layer(DefaultBodyLimit::max(body_limit))
-        // For middleware that is not given the state (`upkeep::note_writes`).
-        .layer(axum::Extension(state))
-        .service(router)
+        .service(pipeline::Pipeline::new(state, names, body_timeout, router))
         .map_response(IntoResponse::into_response);
     Service::new(stack)
 }
@@ -589,16 +548,6 @@ async fn metrics(
         body,
     )
         .into_response()
-}
-
-/// Adds `phalanx-version` to every answer.
-async fn response_headers(request: Request, next: Next) -> Response {
-    let mut response = next.run(request).await;
-    response.headers_mut().insert(
-        HeaderName::from_static("phalanx-version"),
-        HeaderValue::from_static(PHALANX_VERSION),
-    );
-    response
 }
 
 /// A JSON answer (its `context` is filled by `pipeline::context::map_context`).

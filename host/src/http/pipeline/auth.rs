@@ -10,10 +10,9 @@
 use std::sync::Arc;
 
 use axum::body::{Body, to_bytes};
-use axum::extract::{FromRequestParts, Request, State};
+use axum::extract::{FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use lance_namespace::ErrorCode;
 use serde_json::Value;
@@ -92,19 +91,22 @@ pub fn forbidden(message: impl Into<String>) -> ApiError {
 /// JSON bodies read for an `identity`; larger ones must carry a header credential.
 const MAX_IDENTITY_BODY: usize = 8 * 1024 * 1024;
 
-pub async fn authenticate(State(app): State<AppState>, request: Request, next: Next) -> Response {
+pub async fn authenticate<N, F>(app: &AppState, request: Request, next: N) -> Response
+where
+    N: FnOnce(Request) -> F,
+    F: Future<Output = Response>,
+{
     if !request.uri().path().starts_with("/v1") {
-        return next.run(request).await;
+        return next(request).await;
     }
-    match admit(&app, request).await {
+    match admit(app, request).await {
         Ok(request) => {
             let tenant = request
                 .extensions()
                 .get::<Caller>()
-                .map(|c| c.tenant().to_string())
-                .unwrap_or_default();
-            tracing::Span::current().record("tenant", tenant.as_str());
-            let mut response = next.run(request).await;
+                .map_or_else(|| Arc::from(""), |c| Arc::from(c.tenant()));
+            tracing::Span::current().record("tenant", &*tenant);
+            let mut response = next(request).await;
             response
                 .extensions_mut()
                 .insert(super::observe::ServedTenant(tenant));
@@ -231,19 +233,67 @@ fn database(headers: &HeaderMap, host_domain: Option<&str>) -> ApiResult<Option<
     }
 }
 
-/// Route guard: the caller's role must be at least `needed`.
-pub async fn require(State(needed): State<Role>, request: Request, next: Next) -> Response {
+/// Route guard: the caller's role must be at least the route's. A typed layer rather than
+/// axum's `from_fn`, which boxes a clone of the route and a future on every request.
+#[derive(Clone, Copy)]
+pub struct Require(pub Role);
+
+impl<S> tower::Layer<S> for Require {
+    type Service = Guarded<S>;
+
+    fn layer(&self, inner: S) -> Guarded<S> {
+        Guarded {
+            needed: self.0,
+            inner,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct Guarded<S> {
+    needed: Role,
+    inner: S,
+}
+
+impl<S> tower::Service<Request> for Guarded<S>
+where
+    S: tower::Service<Request, Response = Response, Error = std::convert::Infallible>,
+{
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = futures::future::Either<
+        futures::future::Ready<Result<Response, std::convert::Infallible>>,
+        S::Future,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        match refusal(self.needed, &request) {
+            Some(err) => {
+                futures::future::Either::Left(futures::future::ready(Ok(err.into_response())))
+            }
+            None => futures::future::Either::Right(self.inner.call(request)),
+        }
+    }
+}
+
+/// Why the caller of `request` may not use a route needing `needed`, if it may not.
+fn refusal(needed: Role, request: &Request) -> Option<ApiError> {
     let Some(caller) = request.extensions().get::<Caller>() else {
-        return unauthorized("no credentials").into_response();
+        return Some(unauthorized("no credentials"));
     };
-    if caller.grant.role < needed {
-        return forbidden(format!(
+    (caller.grant.role < needed).then(|| {
+        forbidden(format!(
             "this operation needs the {needed} role; this credential has {}",
             caller.grant.role
         ))
-        .into_response();
-    }
-    next.run(request).await
+    })
 }
 
 #[cfg(test)]

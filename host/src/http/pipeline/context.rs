@@ -6,7 +6,6 @@
 use axum::body::{Body, to_bytes};
 use axum::extract::Request;
 use axum::http::{HeaderName, HeaderValue, header};
-use axum::middleware::Next;
 use axum::response::Response;
 use serde_json::Value;
 
@@ -40,7 +39,11 @@ fn is_json(headers: &axum::http::HeaderMap) -> bool {
         .is_some_and(|ct| ct.as_bytes().starts_with(b"application/json"))
 }
 
-pub async fn map_context(request: Request, next: Next) -> Response {
+pub async fn map_context<N, F>(request: Request, next: N) -> Response
+where
+    N: FnOnce(Request) -> F,
+    F: Future<Output = Response>,
+{
     let request = match request_headers_from_context(request).await {
         Ok(r) => r,
         Err(response) => return *response,
@@ -51,7 +54,7 @@ pub async fn map_context(request: Request, next: Next) -> Response {
     if let Some(id) = request_id.as_ref().and_then(|v| v.to_str().ok()) {
         tracing::Span::current().record("request_id", id);
     }
-    let mut response = next.run(request).await;
+    let mut response = next(request).await;
     if let Some(id) = request_id
         && !response.headers().contains_key("x-request-id")
     {

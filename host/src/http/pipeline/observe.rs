@@ -3,6 +3,7 @@
 //! happens when a handler panics. Also the fault-injection hook the reliability tests use.
 
 use std::any::Any;
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -11,9 +12,8 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use axum::body::{Body, Bytes, HttpBody};
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::Method;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http_body::{Frame, SizeHint};
 use tracing::Span;
@@ -24,7 +24,7 @@ use crate::metrics::{NO_TENANT, RequestLabels, RouteLabels};
 
 /// The tenant a request was served for, left on the answer by authentication for metrics.
 #[derive(Clone)]
-pub struct ServedTenant(pub String);
+pub struct ServedTenant(pub Arc<str>);
 
 /// The span every log line of a request is logged in.
 pub fn request_span(request: &Request) -> Span {
@@ -66,24 +66,29 @@ impl RouteNames {
 
 /// Counts requests, latency and bytes by route (the route pattern, so ids do not explode the
 /// label set), method, status and tenant.
-pub async fn record_metrics(
-    State((app, names)): State<(AppState, Arc<RouteNames>)>,
+pub async fn record_metrics<N, F>(
+    app: &AppState,
+    names: &RouteNames,
     request: Request,
-    next: Next,
-) -> Response {
-    let route = names.name(request.uri().path()).to_string();
+    next: N,
+) -> Response
+where
+    N: FnOnce(Request) -> F,
+    F: Future<Output = Response>,
+{
+    let route = Cow::Borrowed(names.name(request.uri().path()));
     // Extension methods are any token a client sends: one label value for all of them keeps
     // the series bounded.
-    let method = match *request.method() {
-        Method::GET
-        | Method::POST
-        | Method::PUT
-        | Method::DELETE
-        | Method::HEAD
-        | Method::OPTIONS
-        | Method::PATCH => request.method().to_string(),
-        _ => "other".to_string(),
-    };
+    let method = Cow::Borrowed(match *request.method() {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        Method::PATCH => "PATCH",
+        _ => "other",
+    });
     let start = Instant::now();
     let bytes_in = Arc::new(AtomicU64::new(0));
     let request = {
@@ -94,14 +99,13 @@ pub async fn record_metrics(
             })
         })
     };
-    let in_flight = InFlight::enter(&app);
-    let response = next.run(request).await;
+    let in_flight = InFlight::enter(app);
+    let response = next(request).await;
     drop(in_flight);
     let tenant = response
         .extensions()
         .get::<ServedTenant>()
-        .map(|t| t.0.clone())
-        .unwrap_or_else(|| NO_TENANT.to_string());
+        .map_or_else(|| Arc::from(NO_TENANT), |t| t.0.clone());
     let labels = RouteLabels {
         route,
         method,
@@ -222,7 +226,11 @@ pub fn install_panic_hook() {
 /// `x-lancet-fault` makes the server misbehave on purpose: `panic` panics in the handler
 /// chain, `sleep-ms=N` holds the request (and its admission slots) for N ms. Off by default;
 /// the header is ignored then.
-pub async fn inject_faults(State(app): State<AppState>, request: Request, next: Next) -> Response {
+pub async fn inject_faults<N, F>(app: &AppState, request: Request, next: N) -> Response
+where
+    N: FnOnce(Request) -> F,
+    F: Future<Output = Response>,
+{
     if app.fault_injection
         && let Some(fault) = request
             .headers()
@@ -240,7 +248,7 @@ pub async fn inject_faults(State(app): State<AppState>, request: Request, next: 
             tokio::time::sleep(std::time::Duration::from_millis(ms.min(60_000))).await;
         }
     }
-    next.run(request).await
+    next(request).await
 }
 
 /// Request ids for requests that bring none: UUID-shaped (version 4), unique within the

@@ -12,9 +12,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderValue, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
 use lance_namespace::ErrorCode;
@@ -148,10 +147,14 @@ fn units(bytes: usize) -> u32 {
 
 /// Whole-server bounds, before credentials are looked at (a flood of bad credentials is load
 /// too). `/healthz` and `/metrics` are exempt, so a saturated server still reports in.
-pub async fn admit_request(State(app): State<AppState>, request: Request, next: Next) -> Response {
+pub async fn admit_request<N, F>(app: &AppState, request: Request, next: N) -> Response
+where
+    N: FnOnce(Request) -> F,
+    F: Future<Output = Response>,
+{
     let path = request.uri().path();
     if path == "/healthz" || path == "/metrics" {
-        return next.run(request).await;
+        return next(request).await;
     }
     let admission = &app.admission;
     let Ok(_slot) = admission.global.clone().try_acquire_owned() else {
@@ -204,19 +207,23 @@ pub async fn admit_request(State(app): State<AppState>, request: Request, next: 
             Request::from_parts(parts, Body::from_stream(stream))
         }
     };
-    let response = next.run(request).await;
+    let response = next(request).await;
     drop(held);
     response
 }
 
 /// The caller's tenant's bound; runs after authentication.
-pub async fn admit_tenant(State(app): State<AppState>, request: Request, next: Next) -> Response {
+pub async fn admit_tenant<N, F>(app: &AppState, request: Request, next: N) -> Response
+where
+    N: FnOnce(Request) -> F,
+    F: Future<Output = Response>,
+{
     let Some(tenant) = request
         .extensions()
         .get::<Caller>()
         .map(|c| c.tenant().to_string())
     else {
-        return next.run(request).await;
+        return next(request).await;
     };
     let limit = app
         .auth
@@ -233,7 +240,7 @@ pub async fn admit_tenant(State(app): State<AppState>, request: Request, next: N
     // tenant's other requests all that time. They are bounded by the in-flight limits only.
     let path = request.uri().path();
     if path.ends_with("/create_index") || path.ends_with("/create_scalar_index") {
-        return next.run(request).await;
+        return next(request).await;
     }
     let Some(mut run) = app.admission.run.acquire(&tenant).await else {
         app.metrics.reject("run_wait", &tenant);
@@ -241,7 +248,7 @@ pub async fn admit_tenant(State(app): State<AppState>, request: Request, next: N
             "tenant '{tenant}' waited too long for the server to be free; slow down"
         ));
     };
-    let handler = next.run(request);
+    let handler = next(request);
     tokio::pin!(handler);
     tokio::select! {
         response = &mut handler => return response,
