@@ -12,7 +12,11 @@ run() {
   local out; out=$(mktemp)
   LANCET_BENCH_SERVER=$1 "$bench" --hold count --clients 0 --secs 75 > "$out" 2>&1 &
   local bp=$!
-  until grep -q 'server pid' "$out" 2>/dev/null; do sleep 0.5; done
+  until grep -q 'server pid' "$out" 2>/dev/null; do
+    # The bench died before serving (no release build, no server binary): say why, stop.
+    kill -0 "$bp" 2>/dev/null || { cat "$out"; exit 1; }
+    sleep 0.5
+  done
   local line; line=$(grep 'server pid' "$out")
   python3 "$here/server_cpu.py" "$(awk '{print $5}' <<<"$line")" request-bench-key 6 \
     "$(awk '{print $3}' <<<"$line")"

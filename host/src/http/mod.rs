@@ -1,7 +1,7 @@
 //! The HTTP layer: routing, extractors, error rendering. Handlers translate requests into
 //! catalog/store calls and know nothing of Wasm or of lance internals beyond the store's API.
 //!
-//! Every route is listed in [`routes`]; find a handler from its path there.
+//! Every route is listed in `build()` below; find a handler from its path there.
 
 mod arrow_body;
 mod batch;
