@@ -9,8 +9,15 @@
 //! - fts: a full-text match, k=10, `id` only;
 //! - count: `count_rows` with a predicate on the indexed `category`.
 //!
-//! Printed per read: p50/p99 at 1 client, Lancet minus in-process against the HTTP floor
-//! (`GET /healthz` on the same client), Lancet's own time from `/metrics`, and throughput at 8
+//! A third path splits Lancet's cost in two: "in-service" calls the server's whole request
+//! service (every pipeline stage and the handler; `lancet::http::service`) built in this
+//! process on the same data directory, with no socket, hyper or second process. Lancet minus
+//! in-service is what the network and the separate process cost; in-service minus in-process
+//! is what Lancet's own code costs.
+//!
+//! Printed per read: p50/p99 at 1 client of the three paths, Lancet minus in-process against
+//! the HTTP floor (`GET /healthz` on the same client, measured with each read), Lancet's own
+//! time from `/metrics`, and throughput at 8
 //! clients with the ratio. The client is checked not to be the bottleneck by its own CPU time
 //! per request (from `getrusage`) and by its `GET /healthz` rate at 8 clients. As the client
 //! shares the machine's cores with the server, c=8 also prints CPU per request: the server's
@@ -19,17 +26,45 @@
 //!
 //! ```sh
 //! cargo build --release --no-default-features -p lancet --bin lancet --example request_bench
-//! $CARGO_TARGET_DIR/release/examples/request_bench [--rows 100000] [--n 400] [--secs 4]
+//! $CARGO_TARGET_DIR/release/examples/request_bench [--rows 100000] [--n 400] [--secs 4] \
+//!     [--interleave]
 //! ```
+//! `--interleave` takes the four latencies one call of each in turn rather than in blocks (see
+//! `latencies`). `--hold vector|fts|count [--clients C] [--in-process | --in-service]` runs one
+//! read for `--secs` (for a profiler) and prints this process's allocations per call.
 //! The server binary is looked up beside the bench's own directory (`../lancet`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-// Same allocator as the `lancet` binary, so the ratio measures the server, not the allocator.
+// Same allocator as the `lancet` binary, so the ratio measures the server, not the allocator;
+// counted, so `--hold` can print allocations per call of the loops run in this process.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: Counted = Counted(mimalloc::MiMalloc);
+
+struct Counted(mimalloc::MiMalloc);
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call is passed to mimalloc unchanged; the counter is only a relaxed add.
+unsafe impl std::alloc::GlobalAlloc for Counted {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { self.0.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { self.0.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { self.0.realloc(ptr, layout, size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        unsafe { self.0.dealloc(ptr, layout) }
+    }
+}
 
 #[path = "support/rows.rs"]
 mod rows;
@@ -106,6 +141,37 @@ impl Read {
             .sum()
     }
 
+    /// The same read through the server's whole request service, called in this process:
+    /// every stage and the handler, but no socket, no hyper and no second process.
+    async fn in_service(self, service: &lancet::http::Service, i: usize) -> usize {
+        use tower::ServiceExt as _;
+        let mut request = axum::http::Request::post(self.path())
+            .header("content-type", "application/json")
+            .header("accept", "application/vnd.apache.arrow.stream")
+            .header("authorization", format!("Bearer {KEY}"))
+            .body(axum::body::Body::from(self.body(i)))
+            .unwrap();
+        request
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(std::net::SocketAddr::from((
+                [127, 0, 0, 1],
+                1,
+            ))));
+        let response = service.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        assert!(status.is_success(), "{status}: {bytes:?}");
+        if self == Read::Count {
+            return std::str::from_utf8(&bytes).unwrap().trim().parse().unwrap();
+        }
+        arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)
+            .unwrap()
+            .map(|b| b.unwrap().num_rows())
+            .sum()
+    }
+
     /// The same read on lance in this process.
     async fn in_process(self, ds: &Dataset, i: usize) -> usize {
         if self == Read::Count {
@@ -133,6 +199,23 @@ impl Read {
             .await
             .unwrap();
         batches.iter().map(|b| b.num_rows()).sum()
+    }
+}
+
+/// The server's request service on `data`, built in this process (upkeep off, as the served
+/// one runs here).
+async fn in_service(data: &str) -> lancet::http::Service {
+    let config =
+        lancet::config::ServeConfig::from_args(["--data", data, "--upkeep", "false"]).unwrap();
+    let app = lancet::server::build_app(&config).await.unwrap();
+    lancet::http::service(app, 64 << 20, Duration::from_secs(30))
+}
+
+/// `LANCET_BENCH_URING=1`: lance's io_uring reader (`file+uring://`) for the in-process loop.
+fn location_for_in_process(location: &str) -> String {
+    match std::env::var("LANCET_BENCH_URING").is_ok_and(|v| v == "1") {
+        true if !location.contains("://") => format!("file+uring://{location}"),
+        _ => location.to_string(),
     }
 }
 
@@ -169,22 +252,45 @@ fn p(lat: &mut [Duration], q: f64) -> f64 {
     lat[((lat.len() as f64 - 1.0) * q).round() as usize].as_secs_f64() * 1e3
 }
 
-/// p50 and p99 (ms) of `n` sequential calls, after 30 to warm up.
-async fn latency<F, Fut>(n: usize, mut one: F) -> (f64, f64)
-where
-    F: FnMut(usize) -> Fut,
-    Fut: std::future::Future<Output = usize>,
-{
-    for i in 0..30 {
-        one(i).await;
+/// One kind of call (its argument picks the query).
+type Call<'a> = Box<dyn FnMut(usize) -> std::pin::Pin<Box<dyn Future<Output = usize> + 'a>> + 'a>;
+
+/// p50 and p99 (ms) of each kind of call: `n` calls of each after 30 to warm up. By default
+/// each kind runs its calls back to back (every call finds the caches and threads its kind
+/// left warm: the regime of the issue's figures). `--interleave`: one call of each kind in
+/// turn, the order rotating, so drift on this noisy machine falls on all kinds alike and
+/// every call finds what another kind left (the regime of a server whose requests come
+/// between other work).
+async fn latencies(n: usize, calls: &mut [Call<'_>]) -> Vec<(f64, f64)> {
+    let k = calls.len();
+    let mut lat = vec![Vec::with_capacity(n); k];
+    if std::env::args().any(|a| a == "--interleave") {
+        for i in 0..30 {
+            for call in calls.iter_mut() {
+                call(i).await;
+            }
+        }
+        for i in 0..n {
+            for j in 0..k {
+                let which = (i + j) % k;
+                let t = Instant::now();
+                calls[which](i).await;
+                lat[which].push(t.elapsed());
+            }
+        }
+    } else {
+        for (call, lat) in calls.iter_mut().zip(&mut lat) {
+            for i in 0..30 {
+                call(i).await;
+            }
+            for i in 0..n {
+                let t = Instant::now();
+                call(i).await;
+                lat.push(t.elapsed());
+            }
+        }
     }
-    let mut lat = Vec::with_capacity(n);
-    for i in 0..n {
-        let t = Instant::now();
-        one(i).await;
-        lat.push(t.elapsed());
-    }
-    (p(&mut lat, 0.5), p(&mut lat, 0.99))
+    lat.iter_mut().map(|l| (p(l, 0.5), p(l, 0.99))).collect()
 }
 
 /// Calls per second from `clients` concurrent tasks for `secs`, and the CPU this process
@@ -256,23 +362,18 @@ async fn post(http: &reqwest::Client, url: &str, body: Value) -> Value {
     serde_json::from_str(&text).unwrap_or(Value::Null)
 }
 
-async fn measure(base: &str, location: &str, label: &str, n: usize, secs: f64, server_pid: u32) {
-    let ds = Arc::new(Dataset::open(location).await.unwrap());
+struct Setup<'a> {
+    base: &'a str,
+    location: &'a str,
+    server_pid: u32,
+    /// The server's request service built in this process on the same data directory.
+    service: lancet::http::Service,
+}
+
+async fn measure(setup: &Setup<'_>, label: &str, n: usize, secs: f64) {
+    let (base, server_pid) = (setup.base, setup.server_pid);
+    let ds = Arc::new(Dataset::open(setup.location).await.unwrap());
     let http = client(KEY);
-    let floor = latency(n, |_| {
-        let http = http.clone();
-        async move {
-            http.get(format!("{base}/healthz"))
-                .send()
-                .await
-                .unwrap()
-                .bytes()
-                .await
-                .unwrap()
-                .len()
-        }
-    })
-    .await;
     let (hz, hz_cpu) = throughput(8, secs, || {
         let http = client(KEY);
         let url = format!("{base}/healthz");
@@ -285,28 +386,38 @@ async fn measure(base: &str, location: &str, label: &str, n: usize, secs: f64, s
         })
     })
     .await;
+    println!("\n== {label}: GET /healthz at 8 clients {hz:.0}/s, client CPU {hz_cpu:.0} µs/call");
     println!(
-        "\n== {label}: floor GET /healthz p50 {:.3} ms; at 8 clients {hz:.0}/s, client CPU {hz_cpu:.0} µs/call",
-        floor.0
+        "| read | floor p50 | Lancet p50/p99 | in-service p50/p99 | in-process p50/p99 | diff | diff - floor | server | Lancet c=8/s | client CPU µs/call | in-process c=8/s | ratio | server CPU µs/req c=8 | in-process CPU µs/call c=8 | CPU ratio |"
     );
-    println!(
-        "| read | Lancet p50/p99 | in-process p50/p99 | diff | diff - floor | server | Lancet c=8/s | client CPU µs/call | in-process c=8/s | ratio | server CPU µs/req c=8 | in-process CPU µs/call c=8 | CPU ratio |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for read in [Read::Vector, Read::Fts, Read::Count] {
         let before = server_time(&http, base, read.route()).await;
-        let a = latency(n, |i| {
-            let http = http.clone();
-            async move { read.lancet(&http, base, i).await }
-        })
-        .await;
+        // The floor, the read through Lancet, through the request service in this process and
+        // on lance in this process.
+        let mut calls: Vec<Call<'_>> = vec![
+            Box::new(|_| {
+                let http = http.clone();
+                Box::pin(async move {
+                    let r = http.get(format!("{base}/healthz")).send().await.unwrap();
+                    r.bytes().await.unwrap().len()
+                })
+            }),
+            Box::new(|i| {
+                let http = http.clone();
+                Box::pin(async move { read.lancet(&http, base, i).await })
+            }),
+            Box::new(|i| Box::pin(read.in_service(&setup.service, i))),
+            Box::new(|i| {
+                let ds = ds.clone();
+                Box::pin(async move { read.in_process(&ds, i).await })
+            }),
+        ];
+        let lat = latencies(n, &mut calls).await;
+        drop(calls);
+        let (floor, a, svc, b) = (lat[0], lat[1], lat[2], lat[3]);
         let after = server_time(&http, base, read.route()).await;
         let server = (after.0 - before.0) / (after.1 - before.1) * 1e3;
-        let b = latency(n, |i| {
-            let ds = ds.clone();
-            async move { read.in_process(&ds, i).await }
-        })
-        .await;
         let base_owned = base.to_string();
         let server_cpu = process_cpu_ns(server_pid);
         let started = Instant::now();
@@ -335,10 +446,13 @@ async fn measure(base: &str, location: &str, label: &str, n: usize, secs: f64, s
         .await;
         let diff = a.0 - b.0;
         println!(
-            "| {} | {:.3}/{:.3} | {:.3}/{:.3} | {diff:.3} | {:.3} | {server:.3} | {ta:.0} | {cpu:.0} | {tb:.0} | {:.2} | {server_us:.0} | {in_process_us:.0} | {:.2} |",
+            "| {} | {:.3} | {:.3}/{:.3} | {:.3}/{:.3} | {:.3}/{:.3} | {diff:.3} | {:.3} | {server:.3} | {ta:.0} | {cpu:.0} | {tb:.0} | {:.2} | {server_us:.0} | {in_process_us:.0} | {:.2} |",
             read.name(),
+            floor.0,
             a.0,
             a.1,
+            svc.0,
+            svc.1,
             b.0,
             b.1,
             diff - floor.0,
@@ -368,6 +482,9 @@ fn process_cpu_ns(pid: u32) -> u64 {
 
 #[tokio::main]
 async fn main() {
+    // For the request service built in this process (`in_service`). SAFETY: nothing has run on
+    // the runtime's threads yet, and nothing else in this process sets the environment.
+    unsafe { std::env::set_var("LANCET_BOOTSTRAP_KEY", KEY) };
     let rows = arg("--rows", 100_000);
     let n = arg("--n", 400);
     let secs = arg("--secs", 4) as f64;
@@ -429,22 +546,36 @@ async fn main() {
         // `--in-process`: the same loop on lance in this process (profile the bench itself).
         let ds = std::env::args()
             .any(|a| a == "--in-process")
-            .then(|| Dataset::open(&location));
+            .then(|| location_for_in_process(&location))
+            .map(|l| async move { Dataset::open(&l).await });
         let ds = match ds {
             Some(open) => Some(Arc::new(open.await.unwrap())),
             None => None,
         };
+        // `--in-service`: the loop through the server's request service built in this
+        // process on the same data directory (what the server adds, without the network).
+        let service = match std::env::args().any(|a| a == "--in-service") {
+            true => Some(in_service(dir.path().to_str().unwrap()).await),
+            false => None,
+        };
         let calls = Arc::new(AtomicU64::new(0));
+        let allocations = ALLOCATIONS.load(Ordering::Relaxed);
         let tasks: Vec<_> = (0..clients)
             .map(|c| {
-                let (ds, http, base, calls) =
-                    (ds.clone(), http.clone(), base.clone(), calls.clone());
+                let (ds, http, base, calls, service) = (
+                    ds.clone(),
+                    http.clone(),
+                    base.clone(),
+                    calls.clone(),
+                    service.clone(),
+                );
                 tokio::spawn(async move {
                     let mut i = c * 1_000_003;
                     while Instant::now() < stop {
-                        match &ds {
-                            Some(ds) => read.in_process(ds, i).await,
-                            None => read.lancet(&http, &base, i).await,
+                        match (&ds, &service) {
+                            (Some(ds), _) => read.in_process(ds, i).await,
+                            (None, Some(service)) => read.in_service(service, i).await,
+                            (None, None) => read.lancet(&http, &base, i).await,
                         };
                         calls.fetch_add(1, Ordering::Relaxed);
                         i += 1;
@@ -458,18 +589,23 @@ async fn main() {
         for t in tasks {
             t.await.unwrap();
         }
-        println!("{} calls", calls.load(Ordering::Relaxed));
+        let calls = calls.load(Ordering::Relaxed);
+        // Allocations of this process per call: the loop's own work when it runs here
+        // (`--in-process`, `--in-service`), the HTTP client's otherwise.
+        println!(
+            "{:.0} allocations per call",
+            (ALLOCATIONS.load(Ordering::Relaxed) - allocations) as f64 / calls.max(1) as f64
+        );
+        println!("{calls} calls");
         return;
     }
-    measure(
-        &base,
-        &location,
-        "fresh (40 fragments)",
-        n,
-        secs,
-        served.child.id(),
-    )
-    .await;
+    let setup = Setup {
+        base: &base,
+        location: &location,
+        server_pid: served.child.id(),
+        service: in_service(dir.path().to_str().unwrap()).await,
+    };
+    measure(&setup, "fresh (40 fragments)", n, secs).await;
     post(&http, &format!("{base}/v1/table/t/optimize"), json!({})).await;
     let deadline = Instant::now() + Duration::from_secs(300);
     loop {
@@ -480,5 +616,5 @@ async fn main() {
         assert!(Instant::now() < deadline, "optimize did not compact");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    measure(&base, &location, "compacted", n, secs, served.child.id()).await;
+    measure(&setup, "compacted", n, secs).await;
 }
