@@ -119,6 +119,17 @@ impl Read {
         serde_json::to_vec(&b).unwrap()
     }
 
+    /// The rows (or the count) an answer holds.
+    fn rows(self, answer: &[u8]) -> usize {
+        if self == Read::Count {
+            return std::str::from_utf8(answer).unwrap().trim().parse().unwrap();
+        }
+        arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(answer), None)
+            .unwrap()
+            .map(|b| b.unwrap().num_rows())
+            .sum()
+    }
+
     /// The same read through HTTP; answers the rows (or the count) it got.
     async fn lancet(self, http: &reqwest::Client, base: &str, i: usize) -> usize {
         let r = http
@@ -132,13 +143,7 @@ impl Read {
         let status = r.status();
         let bytes = r.bytes().await.unwrap();
         assert!(status.is_success(), "{status}: {bytes:?}");
-        if self == Read::Count {
-            return std::str::from_utf8(&bytes).unwrap().trim().parse().unwrap();
-        }
-        arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)
-            .unwrap()
-            .map(|b| b.unwrap().num_rows())
-            .sum()
+        self.rows(&bytes)
     }
 
     /// The same read through the server's whole request service, called in this process:
@@ -163,13 +168,7 @@ impl Read {
             .await
             .unwrap();
         assert!(status.is_success(), "{status}: {bytes:?}");
-        if self == Read::Count {
-            return std::str::from_utf8(&bytes).unwrap().trim().parse().unwrap();
-        }
-        arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)
-            .unwrap()
-            .map(|b| b.unwrap().num_rows())
-            .sum()
+        self.rows(&bytes)
     }
 
     /// The same read on lance in this process.

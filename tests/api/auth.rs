@@ -513,8 +513,11 @@ mod jwt {
     use super::*;
     use jsonwebtoken::{Algorithm, EncodingKey, Header, encode};
 
-    const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/jwt");
     const SECRET: &str = "a-shared-secret-of-at-least-32-bytes!";
+
+    fn fixtures() -> String {
+        repo_path("tests/fixtures/jwt")
+    }
 
     fn now() -> i64 {
         std::time::SystemTime::now()
@@ -528,8 +531,8 @@ mod jwt {
         let data = tempfile::tempdir().unwrap();
         let key_line = match algorithm {
             "HS256" => format!("secret = \"{SECRET}\""),
-            "RS256" => format!("public_key_file = \"{FIXTURES}/rsa_public.pem\""),
-            _ => format!("public_key_file = \"{FIXTURES}/ec_public.pem\""),
+            "RS256" => format!("public_key_file = \"{}/rsa_public.pem\"", fixtures()),
+            _ => format!("public_key_file = \"{}/ec_public.pem\"", fixtures()),
         };
         std::fs::create_dir_all(data.path().join("_auth")).unwrap();
         std::fs::write(
@@ -548,14 +551,14 @@ mod jwt {
             "RS256" => (
                 Algorithm::RS256,
                 EncodingKey::from_rsa_pem(
-                    &std::fs::read(format!("{FIXTURES}/rsa_private.pem")).unwrap(),
+                    &std::fs::read(format!("{}/rsa_private.pem", fixtures())).unwrap(),
                 )
                 .unwrap(),
             ),
             _ => (
                 Algorithm::ES256,
                 EncodingKey::from_ec_pem(
-                    &std::fs::read(format!("{FIXTURES}/ec_private.pem")).unwrap(),
+                    &std::fs::read(format!("{}/ec_private.pem", fixtures())).unwrap(),
                 )
                 .unwrap(),
             ),

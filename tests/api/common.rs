@@ -10,6 +10,15 @@ use arrow_ipc::writer::StreamWriter;
 use arrow_schema::{DataType, Field, Schema};
 use serde_json::{Value, json};
 
+/// `rel` under the repository's root. The checkout is found at run time (cargo sets
+/// `CARGO_MANIFEST_DIR` for the tests it runs): a test binary built in another checkout that
+/// shares the cargo target directory (CI's and a developer's, say) still finds this one.
+pub fn repo_path(rel: &str) -> String {
+    let host = std::env::var("CARGO_MANIFEST_DIR")
+        .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
+    format!("{host}/../{rel}")
+}
+
 /// The admin key of tenant `default` every test server starts with (`LANCET_BOOTSTRAP_KEY`).
 pub const ADMIN_KEY: &str = "test-bootstrap-admin-key";
 

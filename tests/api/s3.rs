@@ -8,7 +8,7 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::common::Server;
+use crate::common::{Server, repo_path};
 
 static ENDPOINT: OnceLock<String> = OnceLock::new();
 
@@ -32,7 +32,7 @@ fn start_moto() -> String {
         .port();
     // A watchdog shell stops moto once this test process is gone (statics are never dropped);
     // it is never waited on: it outlives every test and ends by itself.
-    let launcher = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/s3/moto_server.py");
+    let launcher = repo_path("tests/s3/moto_server.py");
     let script = format!(
         "{python} {launcher} -H 127.0.0.1 -p {port} >/dev/null 2>&1 & m=$!; \
          while kill -0 {pid} 2>/dev/null; do sleep 1; done; kill $m",

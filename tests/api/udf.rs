@@ -8,13 +8,8 @@ use serde_json::{Value, json};
 use crate::common::*;
 
 pub fn plugin(name: &str) -> Vec<u8> {
-    let dir = std::env::var("LANCET_PLUGINS_DIR").unwrap_or_else(|_| {
-        concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../plugins/target/wasm32-unknown-unknown/release"
-        )
-        .to_string()
-    });
+    let dir = std::env::var("LANCET_PLUGINS_DIR")
+        .unwrap_or_else(|_| repo_path("plugins/target/wasm32-unknown-unknown/release"));
     let path = format!("{dir}/{name}.wasm");
     std::fs::read(&path).unwrap_or_else(|e| {
         panic!(

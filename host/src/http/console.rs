@@ -167,7 +167,11 @@ mod tests {
 
     #[test]
     fn every_file_is_embedded() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("console");
+        // At run time (cargo sets it for tests): a binary built in another checkout sharing
+        // the target directory still reads this one.
+        let manifest = std::env::var("CARGO_MANIFEST_DIR")
+            .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
+        let dir = std::path::Path::new(&manifest).join("console");
         let mut on_disk = Vec::new();
         let mut stack = vec![dir.clone()];
         while let Some(d) = stack.pop() {

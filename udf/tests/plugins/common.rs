@@ -20,8 +20,12 @@ pub fn plugins_dir() -> PathBuf {
     }
 }
 
+/// At run time (cargo sets it for tests): a test binary built in another checkout that shares
+/// the target directory still finds this one.
 fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+    let manifest = std::env::var("CARGO_MANIFEST_DIR")
+        .unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string());
+    PathBuf::from(manifest).join("..")
 }
 
 /// Builds the plugins once per test run (cargo makes that a no-op when they are current),

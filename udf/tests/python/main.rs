@@ -17,12 +17,17 @@ use lancet_udf::{
     RuntimeConfig, UdfError,
 };
 
+/// The crate's directory at run time (cargo sets it for tests): a test binary built in another
+/// checkout that shares the target directory still finds this one's scripts.
+fn manifest_dir() -> String {
+    std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").to_string())
+}
+
 fn runner_path() -> PathBuf {
     let path = std::env::var_os("LANCET_PYTHON_RUNNER")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
-            let script =
-                PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/build-python-runner.sh");
+            let script = PathBuf::from(manifest_dir()).join("../scripts/build-python-runner.sh");
             let out = std::process::Command::new("bash")
                 .arg(&script)
                 .output()
