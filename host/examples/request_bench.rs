@@ -31,7 +31,8 @@
 //! ```
 //! `--interleave` takes the four latencies one call of each in turn rather than in blocks (see
 //! `latencies`). `--hold vector|fts|count [--clients C] [--in-process | --in-service]` runs one
-//! read for `--secs` (for a profiler) and prints this process's allocations per call.
+//! read for `--secs` (for a profiler) and prints this process's allocations per call; with
+//! `--in-process`, `LANCET_BENCH_URING=1` opens the table through lance's io_uring reader.
 //! The server binary is looked up beside the bench's own directory (`../lancet`).
 
 use std::sync::Arc;
@@ -212,9 +213,11 @@ async fn in_service(data: &str) -> lancet::http::Service {
 
 /// `LANCET_BENCH_URING=1`: lance's io_uring reader (`file+uring://`) for the in-process loop.
 fn location_for_in_process(location: &str) -> String {
-    match std::env::var("LANCET_BENCH_URING").is_ok_and(|v| v == "1") {
-        true if !location.contains("://") => format!("file+uring://{location}"),
-        _ => location.to_string(),
+    let uring = std::env::var("LANCET_BENCH_URING").is_ok_and(|v| v == "1");
+    if uring && !location.contains("://") {
+        format!("file+uring://{location}")
+    } else {
+        location.to_string()
     }
 }
 
