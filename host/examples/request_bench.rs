@@ -23,6 +23,9 @@
 //! shares the machine's cores with the server, c=8 also prints CPU per request: the server's
 //! (from `/proc/<pid>/stat`) against the in-process loop's, and their ratio (in-process over
 //! server: the throughput ratio a client on other cores would see, when the cores are full).
+//! The last column bounds any server over HTTP: the c=8 ratio a server could reach if it added
+//! to lance's CPU per call only what `GET /healthz` costs it at 8 clients, with this client on
+//! these cores (its CPU per call of the read counted too) and with the client elsewhere.
 //!
 //! ```sh
 //! cargo build --release --no-default-features -p lancet --bin lancet --example request_bench
@@ -376,6 +379,8 @@ async fn measure(setup: &Setup<'_>, label: &str, n: usize, secs: f64) {
     let (base, server_pid) = (setup.base, setup.server_pid);
     let ds = Arc::new(Dataset::open(setup.location).await.unwrap());
     let http = client(KEY);
+    let floor_cpu = process_cpu_ns(server_pid);
+    let started = Instant::now();
     let (hz, hz_cpu) = throughput(8, secs, || {
         let http = client(KEY);
         let url = format!("{base}/healthz");
@@ -388,11 +393,18 @@ async fn measure(setup: &Setup<'_>, label: &str, n: usize, secs: f64) {
         })
     })
     .await;
-    println!("\n== {label}: GET /healthz at 8 clients {hz:.0}/s, client CPU {hz_cpu:.0} µs/call");
+    // What the transport alone costs per request: the floor's CPU in the server and in the
+    // client (the bound in the table's last column).
+    let hz_server = (process_cpu_ns(server_pid) - floor_cpu) as f64
+        / 1e3
+        / (hz * started.elapsed().as_secs_f64());
     println!(
-        "| read | floor p50 | Lancet p50/p99 | in-service p50/p99 | in-process p50/p99 | diff | diff - floor | server | Lancet c=8/s | client CPU µs/call | in-process c=8/s | ratio | server CPU µs/req c=8 | in-process CPU µs/call c=8 | CPU ratio |"
+        "\n== {label}: GET /healthz at 8 clients {hz:.0}/s, CPU µs/request: client {hz_cpu:.0}, server {hz_server:.0}"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!(
+        "| read | floor p50 | Lancet p50/p99 | in-service p50/p99 | in-process p50/p99 | diff | diff - floor | server | Lancet c=8/s | client CPU µs/call | in-process c=8/s | ratio | server CPU µs/req c=8 | in-process CPU µs/call c=8 | CPU ratio | ceiling here / client elsewhere |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for read in [Read::Vector, Read::Fts, Read::Count] {
         let before = server_time(&http, base, read.route()).await;
         // The floor, the read through Lancet, through the request service in this process and
@@ -447,8 +459,13 @@ async fn measure(setup: &Setup<'_>, label: &str, n: usize, secs: f64) {
         })
         .await;
         let diff = a.0 - b.0;
+        // The c=8 ratio a server whose only cost over lance is the HTTP floor's could reach
+        // once the cores are full: with this client on these cores (its CPU per call of this
+        // read, not the floor's), and with the client on another machine.
+        let ceiling_here = in_process_us / (in_process_us + hz_server + cpu);
+        let ceiling_apart = in_process_us / (in_process_us + hz_server);
         println!(
-            "| {} | {:.3} | {:.3}/{:.3} | {:.3}/{:.3} | {:.3}/{:.3} | {diff:.3} | {:.3} | {server:.3} | {ta:.0} | {cpu:.0} | {tb:.0} | {:.2} | {server_us:.0} | {in_process_us:.0} | {:.2} |",
+            "| {} | {:.3} | {:.3}/{:.3} | {:.3}/{:.3} | {:.3}/{:.3} | {diff:.3} | {:.3} | {server:.3} | {ta:.0} | {cpu:.0} | {tb:.0} | {:.2} | {server_us:.0} | {in_process_us:.0} | {:.2} | {ceiling_here:.2} / {ceiling_apart:.2} |",
             read.name(),
             floor.0,
             a.0,
