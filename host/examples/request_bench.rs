@@ -33,7 +33,8 @@
 //!     [--interleave]
 //! ```
 //! `--interleave` takes the four latencies one call of each in turn rather than in blocks (see
-//! `latencies`). `--hold vector|fts|count [--clients C] [--in-process | --in-service]` runs one
+//! `latencies`). `--server-cpus 0-1 --client-cpus 2-3` pins the server and this process (its
+//! clients and the in-process loop) to separate cores, for a machine with enough of them. `--hold vector|fts|count [--clients C] [--in-process | --in-service]` runs one
 //! read for `--secs` (for a profiler) and prints this process's allocations per call; with
 //! `--in-process`, `LANCET_BENCH_URING=1` opens the table through lance's io_uring reader.
 //! The server binary is looked up beside the bench's own directory (`../lancet`).
@@ -481,6 +482,16 @@ async fn measure(setup: &Setup<'_>, label: &str, n: usize, secs: f64) {
     }
 }
 
+/// Every thread of process `pid` (and those it starts later) on the CPUs of `list`.
+fn pin(pid: u32, list: &str) {
+    let status = std::process::Command::new("taskset")
+        .args(["-a", "-cp", list, &pid.to_string()])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("taskset (util-linux) runs");
+    assert!(status.success(), "taskset -a -cp {list} {pid}: {status}");
+}
+
 /// Nanoseconds of CPU process `pid` has used (user + system), from `/proc/<pid>/stat`.
 fn process_cpu_ns(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
@@ -516,6 +527,25 @@ async fn main() {
             &[],
             &[("LANCET_BOOTSTRAP_KEY", KEY), ("LANCET_UPKEEP", "false")],
         )
+    };
+    // `--server-cpus LIST --client-cpus LIST` (taskset lists, e.g. 0-1 and 2-3): the server
+    // and this process (the clients and the in-process loop) each on their own cores, so a
+    // machine with enough of them measures c=8 with a client that takes none of the server's.
+    let cpus = |name: &str| {
+        let args: Vec<String> = std::env::args().collect();
+        let at = args.iter().position(|a| a == name)?;
+        Some(args.get(at + 1).expect("a CPU list").clone())
+    };
+    let (server_cpus, client_cpus) = (cpus("--server-cpus"), cpus("--client-cpus"));
+    if let Some(list) = &client_cpus {
+        pin(std::process::id(), list);
+    }
+    let start = || {
+        let served = start();
+        if let Some(list) = &server_cpus {
+            pin(served.child.id(), list);
+        }
+        served
     };
     let mut served = start();
     let mut base = served.base.clone();
