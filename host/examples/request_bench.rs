@@ -33,8 +33,10 @@
 //!     [--interleave]
 //! ```
 //! `--interleave` takes the four latencies one call of each in turn rather than in blocks (see
-//! `latencies`). `--server-cpus 0-1 --client-cpus 2-3` pins the server and this process (its
-//! clients and the in-process loop) to separate cores, for a machine with enough of them. `--hold vector|fts|count [--clients C] [--in-process | --in-service]` runs one
+//! `latencies`). `--server-cpus 1 --client-cpus 0` pins the server and this process (its
+//! clients and the in-process loop) to separate cores: then neither side's work shares a core
+//! with the clients, and the c=8 ratio is measured with a client that is not the bottleneck.
+//! `--hold vector|fts|count [--clients C] [--in-process | --in-service]` runs one
 //! read for `--secs` (for a profiler) and prints this process's allocations per call; with
 //! `--in-process`, `LANCET_BENCH_URING=1` opens the table through lance's io_uring reader.
 //! The server binary is looked up beside the bench's own directory (`../lancet`).
@@ -403,7 +405,7 @@ async fn measure(setup: &Setup<'_>, label: &str, n: usize, secs: f64) {
         "\n== {label}: GET /healthz at 8 clients {hz:.0}/s, CPU µs/request: client {hz_cpu:.0}, server {hz_server:.0}"
     );
     println!(
-        "| read | floor p50 | Lancet p50/p99 | in-service p50/p99 | in-process p50/p99 | diff | diff - floor | server | Lancet c=8/s | client CPU µs/call | in-process c=8/s | ratio | server CPU µs/req c=8 | in-process CPU µs/call c=8 | CPU ratio | ceiling here / client elsewhere |"
+        "| read | floor p50 | Lancet p50/p99 | in-service p50/p99 | in-process p50/p99 | diff | diff - floor | server | Lancet c=8/s | client CPU µs/call | in-process c=8/s | ratio | server CPU µs/req c=8 | in-process CPU µs/call c=8 | CPU ratio | bound: client here / elsewhere |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for read in [Read::Vector, Read::Fts, Read::Count] {
@@ -463,10 +465,10 @@ async fn measure(setup: &Setup<'_>, label: &str, n: usize, secs: f64) {
         // The c=8 ratio a server whose only cost over lance is the HTTP floor's could reach
         // once the cores are full: with this client on these cores (its CPU per call of this
         // read, not the floor's), and with the client on another machine.
-        let ceiling_here = in_process_us / (in_process_us + hz_server + cpu);
-        let ceiling_apart = in_process_us / (in_process_us + hz_server);
+        let bound_here = in_process_us / (in_process_us + hz_server + cpu);
+        let bound_apart = in_process_us / (in_process_us + hz_server);
         println!(
-            "| {} | {:.3} | {:.3}/{:.3} | {:.3}/{:.3} | {:.3}/{:.3} | {diff:.3} | {:.3} | {server:.3} | {ta:.0} | {cpu:.0} | {tb:.0} | {:.2} | {server_us:.0} | {in_process_us:.0} | {:.2} | {ceiling_here:.2} / {ceiling_apart:.2} |",
+            "| {} | {:.3} | {:.3}/{:.3} | {:.3}/{:.3} | {:.3}/{:.3} | {diff:.3} | {:.3} | {server:.3} | {ta:.0} | {cpu:.0} | {tb:.0} | {:.2} | {server_us:.0} | {in_process_us:.0} | {:.2} | {bound_here:.2} / {bound_apart:.2} |",
             read.name(),
             floor.0,
             a.0,
@@ -528,9 +530,9 @@ async fn main() {
             &[("LANCET_BOOTSTRAP_KEY", KEY), ("LANCET_UPKEEP", "false")],
         )
     };
-    // `--server-cpus LIST --client-cpus LIST` (taskset lists, e.g. 0-1 and 2-3): the server
-    // and this process (the clients and the in-process loop) each on their own cores, so a
-    // machine with enough of them measures c=8 with a client that takes none of the server's.
+    // `--server-cpus LIST --client-cpus LIST` (taskset lists: 1 and 0 here, 0-1 and 2-3 on
+    // four cores): the server and this process (the clients and the in-process loop) each on
+    // their own cores, so c=8 is measured with a client that takes none of the server's.
     let cpus = |name: &str| {
         let args: Vec<String> = std::env::args().collect();
         let at = args.iter().position(|a| a == name)?;
