@@ -484,7 +484,8 @@ async fn measure(setup: &Setup<'_>, label: &str, n: usize, secs: f64) {
     }
 }
 
-/// Every thread of process `pid` (and those it starts later) on the CPUs of `list`.
+/// Every thread of process `pid` (and the threads and processes it starts later) on the CPUs
+/// of `list`.
 fn pin(pid: u32, list: &str) {
     let status = std::process::Command::new("taskset")
         .args(["-a", "-cp", list, &pid.to_string()])
@@ -539,13 +540,16 @@ async fn main() {
         Some(args.get(at + 1).expect("a CPU list").clone())
     };
     let (server_cpus, client_cpus) = (cpus("--server-cpus"), cpus("--client-cpus"));
-    if let Some(list) = &client_cpus {
-        pin(std::process::id(), list);
-    }
+    // The server sizes itself (async workers, run slots, lance's CPU pool) by the cores it
+    // starts on: it is started while this process is on the server's cores (a child inherits
+    // them), and this process moves to its own cores after.
     let start = || {
-        let served = start();
         if let Some(list) = &server_cpus {
-            pin(served.child.id(), list);
+            pin(std::process::id(), list);
+        }
+        let served = start();
+        if let Some(list) = &client_cpus {
+            pin(std::process::id(), list);
         }
         served
     };
