@@ -513,11 +513,33 @@ fn process_cpu_ns(pid: u32) -> u64 {
     ticks * 1_000_000_000 / hz
 }
 
-#[tokio::main]
-async fn main() {
-    // For the request service built in this process (`in_service`). SAFETY: nothing has run on
-    // the runtime's threads yet, and nothing else in this process sets the environment.
+fn main() {
+    // For the request service built in this process (`in_service`). SAFETY: no other thread
+    // exists yet.
     unsafe { std::env::set_var("LANCET_BOOTSTRAP_KEY", KEY) };
+    // Pinned (`--client-cpus`): this process moves to its cores before its runtime is built,
+    // so the runtime (and lance's CPU pool, built on first use) is sized for the cores the
+    // in-process loop runs on, as the server is for its own. Built on all cores and moved
+    // after, it ran two async workers on one core, and lance in-process paid for their
+    // switching: a ratio flattering the server.
+    if let Some(list) = cpu_list("--client-cpus") {
+        pin(std::process::id(), &list);
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(bench());
+}
+
+/// The value of option `name`: a taskset CPU list.
+fn cpu_list(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    let at = args.iter().position(|a| a == name)?;
+    Some(args.get(at + 1).expect("a CPU list").clone())
+}
+
+async fn bench() {
     let rows = arg("--rows", 100_000);
     let n = arg("--n", 400);
     let secs = arg("--secs", 4) as f64;
@@ -534,12 +556,7 @@ async fn main() {
     // `--server-cpus LIST --client-cpus LIST` (taskset lists: 1 and 0 here, 0-1 and 2-3 on
     // four cores): the server and this process (the clients and the in-process loop) each on
     // their own cores, so c=8 is measured with a client that takes none of the server's.
-    let cpus = |name: &str| {
-        let args: Vec<String> = std::env::args().collect();
-        let at = args.iter().position(|a| a == name)?;
-        Some(args.get(at + 1).expect("a CPU list").clone())
-    };
-    let (server_cpus, client_cpus) = (cpus("--server-cpus"), cpus("--client-cpus"));
+    let (server_cpus, client_cpus) = (cpu_list("--server-cpus"), cpu_list("--client-cpus"));
     // The server sizes itself (async workers, run slots, lance's CPU pool) by the cores it
     // starts on: it is started while this process is on the server's cores (a child inherits
     // them), and this process moves to its own cores after.
