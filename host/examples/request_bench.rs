@@ -25,7 +25,8 @@
 //! server: the throughput ratio a client on other cores would see, when the cores are full).
 //! The last column bounds any server over HTTP: the c=8 ratio a server could reach if it added
 //! to lance's CPU per call only what `GET /healthz` costs it at 8 clients, with this client on
-//! these cores (its CPU per call of the read counted too) and with the client elsewhere.
+//! these cores (its CPU per call of the read counted too) and with the client elsewhere (the
+//! one that applies when the bench is pinned away from the server, below).
 //!
 //! ```sh
 //! cargo build --release --no-default-features -p lancet --bin lancet --example request_bench
@@ -36,6 +37,8 @@
 //! `latencies`). `--server-cpus 1 --client-cpus 0` pins the server and this process (its
 //! clients and the in-process loop) to separate cores: then neither side's work shares a core
 //! with the clients, and the c=8 ratio is measured with a client that is not the bottleneck.
+//! This process moves to `--client-cpus` before it builds its runtime, so lance in-process
+//! runs on as many async workers as it has cores, as the server does.
 //! `--hold vector|fts|count [--clients C] [--in-process | --in-service]` runs one
 //! read for `--secs` (for a profiler) and prints this process's allocations per call; with
 //! `--in-process`, `LANCET_BENCH_URING=1` opens the table through lance's io_uring reader.
