@@ -42,10 +42,18 @@
 //! `--hold vector|fts|count [--clients C] [--in-process | --in-service]` runs one
 //! read for `--secs` (for a profiler) and prints this process's allocations per call; with
 //! `--in-process`, `LANCET_BENCH_URING=1` opens the table through lance's io_uring reader.
+//! More ways to serve the held read, each taking one cost apart: `--in-store` (lance on the
+//! dataset the server's store holds, no request path), `--served-here` (the request service
+//! over loopback HTTP from a thread of this process on `--server-cpus`, 1 unless told: the
+//! socket and hyper without a second process; `--burn US` serves a stand-in that burns US µs
+//! of CPU per call instead: what HTTP costs at that call rate, whatever the server does),
+//! `--ab` (in-process, in-store and in-service in turn in this process; `support/ab.rs`).
+//! `--count-all` counts without a predicate (lance answers from the manifest), leaving the
+//! request path's own cost.
 //! The server binary is looked up beside the bench's own directory (`../lancet`).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 // Same allocator as the `lancet` binary, so the ratio measures the server, not the allocator;
@@ -57,18 +65,29 @@ struct Counted(mimalloc::MiMalloc);
 
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 
+/// Off when threads on two cores allocate at once (`--served-here`): one counter written from
+/// both would bounce its cache line between them on every allocation, a cost the server
+/// process does not have.
+static COUNTING: AtomicBool = AtomicBool::new(true);
+
+fn counted() {
+    if COUNTING.load(Ordering::Relaxed) {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 // SAFETY: every call is passed to mimalloc unchanged; the counter is only a relaxed add.
 unsafe impl std::alloc::GlobalAlloc for Counted {
     unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        counted();
         unsafe { self.0.alloc(layout) }
     }
     unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        counted();
         unsafe { self.0.alloc_zeroed(layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        counted();
         unsafe { self.0.realloc(ptr, layout, size) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
@@ -76,10 +95,14 @@ unsafe impl std::alloc::GlobalAlloc for Counted {
     }
 }
 
+#[path = "support/ab.rs"]
+mod ab;
 #[path = "support/rows.rs"]
 mod rows;
 #[path = "support/served.rs"]
 mod served;
+#[path = "support/served_here.rs"]
+mod served_here;
 use rows::{WORDS, arg, batch, vector};
 use served::{Served, client};
 
@@ -124,6 +147,7 @@ impl Read {
                 "columns": ["id"]}),
             Read::Fts => json!({"full_text_query": {"string_query": {"query": word(i)}},
                 "k": 10, "vector": {}, "columns": ["id"]}),
+            Read::Count if count_all() => json!({}),
             Read::Count => json!({"predicate": format!("category = {}", i % 10)}),
         };
         serde_json::to_vec(&b).unwrap()
@@ -184,10 +208,8 @@ impl Read {
     /// The same read on lance in this process.
     async fn in_process(self, ds: &Dataset, i: usize) -> usize {
         if self == Read::Count {
-            return ds
-                .count_rows(Some(format!("category = {}", i % 10)))
-                .await
-                .unwrap();
+            let predicate = (!count_all()).then(|| format!("category = {}", i % 10));
+            return ds.count_rows(predicate).await.unwrap();
         }
         let mut scan = ds.scan();
         scan.project(&["id"]).unwrap();
@@ -214,10 +236,14 @@ impl Read {
 /// The server's request service on `data`, built in this process (upkeep off, as the served
 /// one runs here).
 async fn in_service(data: &str) -> lancet::http::Service {
+    lancet::http::service(app(data).await, 64 << 20, Duration::from_secs(30))
+}
+
+/// The server's state on `data`, built in this process (upkeep off).
+async fn app(data: &str) -> Arc<lancet::App> {
     let config =
         lancet::config::ServeConfig::from_args(["--data", data, "--upkeep", "false"]).unwrap();
-    let app = lancet::server::build_app(&config).await.unwrap();
-    lancet::http::service(app, 64 << 20, Duration::from_secs(30))
+    lancet::server::build_app(&config).await.unwrap()
 }
 
 /// `LANCET_BENCH_URING=1`: lance's io_uring reader (`file+uring://`) for the in-process loop.
@@ -228,6 +254,13 @@ fn location_for_in_process(location: &str) -> String {
     } else {
         location.to_string()
     }
+}
+
+/// `--count-all`: count without a predicate, which lance answers from the manifest: what is
+/// left of a count is then the request's path, without lance's run-to-run spread.
+fn count_all() -> bool {
+    static ALL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ALL.get_or_init(|| std::env::args().any(|a| a == "--count-all"))
 }
 
 fn hold() -> Option<Read> {
@@ -633,24 +666,67 @@ async fn bench() {
             true => Some(in_service(dir.path().to_str().unwrap()).await),
             false => None,
         };
+        // `--in-store`: the read on lance as above, on the dataset the server's store holds
+        // (its session, object-store wrappers and consistency check) rather than one opened
+        // here: what Lancet's way of holding tables costs lance, without the request path.
+        let store = match std::env::args().any(|a| a == "--in-store") {
+            true => Some(Arc::new((
+                app(dir.path().to_str().unwrap()).await,
+                location.clone(),
+            ))),
+            false => None,
+        };
+        // `--served-here`: the loop over HTTP to the request service served from a thread of
+        // this process on `--server-cpus` (1 unless told): the socket and hyper without the
+        // second process.
+        if std::env::args().any(|a| a == "--served-here") {
+            COUNTING.store(false, Ordering::Relaxed);
+            let data = dir.path().to_str().unwrap().to_string();
+            let cpus = server_cpus.clone().unwrap_or_else(|| "1".into());
+            // `--burn US`: served here, a stand-in that burns US µs per call instead of Lancet.
+            let burn = arg("--burn", 0) as u64;
+            let addr = served_here::start(cpus, move || async move {
+                match burn {
+                    0 => in_service(&data).await,
+                    us => served_here::burner(us),
+                }
+            });
+            base = format!("http://{addr}");
+        }
+        // `--ab`: the three paths in turn in this process (see `ab`).
+        if std::env::args().any(|a| a == "--ab") {
+            ab::run(read, &location, dir.path().to_str().unwrap(), stop).await;
+            return;
+        }
         let calls = Arc::new(AtomicU64::new(0));
         let allocations = ALLOCATIONS.load(Ordering::Relaxed);
+        let served_here_cpu = served_here::cpu_ns();
         let tasks: Vec<_> = (0..clients)
             .map(|c| {
-                let (ds, http, base, calls, service) = (
+                let (ds, http, base, calls, service, store) = (
                     ds.clone(),
                     http.clone(),
                     base.clone(),
                     calls.clone(),
                     service.clone(),
+                    store.clone(),
                 );
                 tokio::spawn(async move {
                     let mut i = c * 1_000_003;
+                    let latest = lancet::store::At {
+                        branch: None,
+                        version: None,
+                    };
                     while Instant::now() < stop {
-                        match (&ds, &service) {
-                            (Some(ds), _) => read.in_process(ds, i).await,
-                            (None, Some(service)) => read.in_service(service, i).await,
-                            (None, None) => read.lancet(&http, &base, i).await,
+                        match (&ds, &service, &store) {
+                            (Some(ds), _, _) => read.in_process(ds, i).await,
+                            (None, Some(service), _) => read.in_service(service, i).await,
+                            (None, None, Some(store)) => {
+                                let (app, location) = &**store;
+                                let ds = app.store.read(location, &latest).await.unwrap();
+                                read.in_process(&ds, i).await
+                            }
+                            (None, None, None) => read.lancet(&http, &base, i).await,
                         };
                         calls.fetch_add(1, Ordering::Relaxed);
                         i += 1;
@@ -671,6 +747,13 @@ async fn bench() {
             "{:.0} allocations per call",
             (ALLOCATIONS.load(Ordering::Relaxed) - allocations) as f64 / calls.max(1) as f64
         );
+        if std::env::args().any(|a| a == "--served-here") {
+            let ns = served_here::cpu_ns() - served_here_cpu;
+            println!(
+                "served here: {:.0} µs of CPU per call in its threads",
+                ns as f64 / 1e3 / calls.max(1) as f64
+            );
+        }
         println!("{calls} calls");
         return;
     }

@@ -1,0 +1,91 @@
+//! `request_bench --hold R --ab`: one read three ways in one process, one call of each in
+//! turn on one task: lance on a dataset opened here (in-process), lance on the dataset the
+//! server's store holds (in-store: Lancet's session, object-store wrappers and consistency
+//! check, no request path) and the whole request service (in-service). Each call's CPU (this
+//! process's, every thread) is summed per path. Separate processes differ from run to run by
+//! more than the differences sought here (the same lance work by +-15%); in one process that
+//! spread falls on all three alike.
+
+use std::time::{Duration, Instant};
+
+use lance::Dataset;
+
+use super::{Read, app};
+
+pub async fn run(read: Read, location: &str, data: &str, stop: Instant) {
+    let ds = Dataset::open(location).await.unwrap();
+    let app = app(data).await;
+    let service = lancet::http::service(app.clone(), 64 << 20, Duration::from_secs(30));
+    let latest = lancet::store::At {
+        branch: None,
+        version: None,
+    };
+    let mut cpu = [0u64; 3];
+    let mut polls = [0u64; 3];
+    let mut rounds = 0u64;
+    let mut i = 0;
+    while Instant::now() < stop {
+        // Each round starts at the next path, so none always follows the same one.
+        for k in 0..3 {
+            let path = (k + rounds as usize) % 3;
+            let polled = Polls::default();
+            let before = process_cpu_ns();
+            match path {
+                0 => polled.count(read.in_process(&ds, i)).await,
+                1 => {
+                    polled
+                        .count(async {
+                            let ds = app.store.read(location, &latest).await.unwrap();
+                            read.in_process(&ds, i).await
+                        })
+                        .await
+                }
+                _ => polled.count(read.in_service(&service, i)).await,
+            };
+            cpu[path] += process_cpu_ns() - before;
+            polls[path] += polled.0.get();
+        }
+        rounds += 1;
+        i += 1;
+    }
+    let per = |n: u64| n as f64 / rounds.max(1) as f64;
+    println!(
+        "CPU µs per call, {rounds} rounds: in-process {:.1}, in-store {:.1}, in-service {:.1}",
+        per(cpu[0]) / 1e3,
+        per(cpu[1]) / 1e3,
+        per(cpu[2]) / 1e3
+    );
+    // More than one poll would mean the read waited (on another thread, a timer or I/O).
+    println!(
+        "polls per call: in-process {:.1}, in-store {:.1}, in-service {:.1}",
+        per(polls[0]),
+        per(polls[1]),
+        per(polls[2])
+    );
+}
+
+/// How many times a future was polled.
+#[derive(Default)]
+struct Polls(std::cell::Cell<u64>);
+
+impl Polls {
+    async fn count<T>(&self, f: impl Future<Output = T>) -> T {
+        let mut f = std::pin::pin!(f);
+        std::future::poll_fn(|cx| {
+            self.0.set(self.0.get() + 1);
+            f.as_mut().poll(cx)
+        })
+        .await
+    }
+}
+
+/// Nanoseconds of CPU this process has used, all threads.
+fn process_cpu_ns() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec to write.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}

@@ -1,0 +1,131 @@
+//! The server's request service served over loopback HTTP from a thread of the bench's own
+//! process, on its own cores and runtime: hyper and the socket as the `lancet` binary has
+//! them, without the separate process. Against the `lancet` binary it names what the second
+//! process costs; against the in-service loop, what the socket and hyper cost.
+
+use std::net::SocketAddr;
+use std::sync::mpsc;
+
+/// The name of the threads serving, so their CPU time can be told from the clients'.
+pub const THREAD: &str = "served-here";
+
+/// Starts the service `make` builds on a thread moved to the CPUs of `cpus` (a taskset list)
+/// before its runtime is built, so the runtime sizes itself for them, as the server does.
+/// Answers the address it listens on.
+pub fn start<F, Fut>(cpus: String, make: F) -> SocketAddr
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = lancet::http::Service>,
+{
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name(THREAD.into())
+        .spawn(move || {
+            // SAFETY: gettid has no arguments and cannot fail.
+            let tid = unsafe { libc::syscall(libc::SYS_gettid) };
+            let status = std::process::Command::new("taskset")
+                .args(["-cp", &cpus, &tid.to_string()])
+                .stdout(std::process::Stdio::null())
+                .status()
+                .expect("taskset (util-linux) runs");
+            assert!(status.success(), "taskset -cp {cpus} {tid}: {status}");
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .thread_name(THREAD)
+                .build()
+                .unwrap();
+            runtime.block_on(serve(make, tx));
+        })
+        .unwrap();
+    rx.recv().unwrap()
+}
+
+async fn serve<F, Fut>(make: F, tx: mpsc::Sender<SocketAddr>)
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = lancet::http::Service>,
+{
+    use hyper_util::rt::TokioIo;
+    use tower::ServiceExt as _;
+    let service = make().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    tx.send(listener.local_addr().unwrap()).unwrap();
+    let http = hyper::server::conn::http1::Builder::new();
+    loop {
+        let (tcp, peer) = listener.accept().await.unwrap();
+        tcp.set_nodelay(true).unwrap();
+        let service = service.clone().map_request(
+            move |mut request: axum::http::Request<hyper::body::Incoming>| {
+                request
+                    .extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                request.map(axum::body::Body::new)
+            },
+        );
+        let connection = http.serve_connection(
+            TokioIo::new(tcp),
+            hyper_util::service::TowerToHyperService::new(service),
+        );
+        tokio::spawn(async move {
+            let _ = connection.await;
+        });
+    }
+}
+
+/// Nanoseconds of CPU the serving threads of this process have used.
+pub fn cpu_ns() -> u64 {
+    let mut total = 0;
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    for task in tasks.flatten() {
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        if !head.ends_with(&format!("({THREAD}")) {
+            continue;
+        }
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks: u64 = [11, 12]
+            .iter()
+            .filter_map(|i| fields.get(*i).and_then(|f| f.parse::<u64>().ok()))
+            .sum();
+        // SAFETY: sysconf only reads its argument.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+        total += ticks * 1_000_000_000 / hz;
+    }
+    total
+}
+
+/// A service that answers every request with the count `10000` after burning `micros` of this
+/// thread's CPU: a stand-in for lance's work of a known cost, so that served here its CPU per
+/// call over `micros` is what HTTP and the socket cost at that call rate on this machine,
+/// whatever the server does.
+pub fn burner(micros: u64) -> lancet::http::Service {
+    tower::util::BoxCloneSyncService::new(tower::service_fn(
+        move |_request: axum::http::Request<axum::body::Body>| async move {
+            burn(micros);
+            Ok::<_, std::convert::Infallible>(axum::response::Response::new(
+                axum::body::Body::from("10000"),
+            ))
+        },
+    ))
+}
+
+/// Spins until this thread has used `micros` more µs of CPU.
+pub fn burn(micros: u64) {
+    let now = || {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `t` is a valid timespec to write.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+        t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+    };
+    let until = now() + micros * 1_000;
+    while now() < until {
+        std::hint::spin_loop();
+    }
+}
