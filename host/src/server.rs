@@ -281,12 +281,35 @@ pub async fn serve(config: ServeConfig) -> anyhow_like::Result<()> {
     Ok(())
 }
 
+/// `service` as hyper serves it on one connection from `peer`: each request carries the peer
+/// (`ConnectInfo`, for loopback checks) and hyper's body as axum's.
+pub fn for_connection(
+    service: http::Service,
+    peer: std::net::SocketAddr,
+) -> impl hyper::service::Service<
+    axum::http::Request<hyper::body::Incoming>,
+    Response = axum::response::Response,
+    Error = std::convert::Infallible,
+    Future: Send + 'static,
+> + Send
++ 'static {
+    use tower::ServiceExt;
+    let service = service.map_request(
+        move |mut request: axum::http::Request<hyper::body::Incoming>| {
+            request
+                .extensions_mut()
+                .insert(axum::extract::ConnectInfo(peer));
+            request.map(axum::body::Body::new)
+        },
+    );
+    hyper_util::service::TowerToHyperService::new(service)
+}
+
 /// Serves connections until SIGINT/SIGTERM, then lets requests in flight finish. Our own loop
 /// rather than `axum::serve`, for what that lacks: a header-read timeout (a client that
 /// trickles its headers cannot hold a connection forever) and a cap on open connections.
 async fn accept_loop(listener: TcpListener, service: http::Service, config: &ServeConfig) {
     use hyper_util::rt::{TokioIo, TokioTimer};
-    use tower::ServiceExt;
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(Duration::from_secs(config.header_timeout_secs.max(1)));
@@ -316,18 +339,8 @@ async fn accept_loop(listener: TcpListener, service: http::Service, config: &Ser
         if let Err(e) = tcp.set_nodelay(true) {
             tracing::warn!(error = %e, "cannot set TCP_NODELAY");
         }
-        let service = service.clone().map_request(
-            move |mut request: axum::http::Request<hyper::body::Incoming>| {
-                request
-                    .extensions_mut()
-                    .insert(axum::extract::ConnectInfo(peer));
-                request.map(axum::body::Body::new)
-            },
-        );
-        let connection = http.serve_connection(
-            TokioIo::new(tcp),
-            hyper_util::service::TowerToHyperService::new(service),
-        );
+        let connection =
+            http.serve_connection(TokioIo::new(tcp), for_connection(service.clone(), peer));
         let connection = graceful.watch(connection);
         tokio::spawn(async move {
             if let Err(e) = connection.await {

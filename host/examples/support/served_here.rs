@@ -46,7 +46,6 @@ where
     Fut: std::future::Future<Output = lancet::http::Service>,
 {
     use hyper_util::rt::TokioIo;
-    use tower::ServiceExt as _;
     let service = make().await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     tx.send(listener.local_addr().unwrap()).unwrap();
@@ -54,17 +53,9 @@ where
     loop {
         let (tcp, peer) = listener.accept().await.unwrap();
         tcp.set_nodelay(true).unwrap();
-        let service = service.clone().map_request(
-            move |mut request: axum::http::Request<hyper::body::Incoming>| {
-                request
-                    .extensions_mut()
-                    .insert(axum::extract::ConnectInfo(peer));
-                request.map(axum::body::Body::new)
-            },
-        );
         let connection = http.serve_connection(
             TokioIo::new(tcp),
-            hyper_util::service::TowerToHyperService::new(service),
+            lancet::server::for_connection(service.clone(), peer),
         );
         tokio::spawn(async move {
             let _ = connection.await;
