@@ -65,10 +65,10 @@ struct Counted(mimalloc::MiMalloc);
 
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 
-/// Off when threads on two cores allocate at once (`--served-here`): one counter written from
-/// both would bounce its cache line between them on every allocation, a cost the server
-/// process does not have.
-static COUNTING: AtomicBool = AtomicBool::new(true);
+/// On only for `--hold` loops on one core (not `--served-here`): one counter written from
+/// threads on two cores would bounce its cache line between them on every allocation, a cost
+/// the server process does not have (the whole bench, unpinned, runs lance on two cores).
+static COUNTING: AtomicBool = AtomicBool::new(false);
 
 fn counted() {
     if COUNTING.load(Ordering::Relaxed) {
@@ -679,8 +679,9 @@ async fn bench() {
         // `--served-here`: the loop over HTTP to the request service served from a thread of
         // this process on `--server-cpus` (1 unless told): the socket and hyper without the
         // second process.
-        if std::env::args().any(|a| a == "--served-here") {
-            COUNTING.store(false, Ordering::Relaxed);
+        let served_here = std::env::args().any(|a| a == "--served-here");
+        COUNTING.store(!served_here, Ordering::Relaxed);
+        if served_here {
             let data = dir.path().to_str().unwrap().to_string();
             let cpus = server_cpus.clone().unwrap_or_else(|| "1".into());
             // `--burn US`: served here, a stand-in that burns US µs per call instead of Lancet.
