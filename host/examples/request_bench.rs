@@ -46,7 +46,8 @@
 //! dataset the server's store holds, no request path), `--served-here` (the request service
 //! over loopback HTTP from a thread of this process on `--server-cpus`, 1 unless told: the
 //! socket and hyper without a second process; `--burn US` serves a stand-in that burns US µs
-//! of CPU per call instead: what HTTP costs at that call rate, whatever the server does),
+//! of CPU per call instead: what HTTP costs at that call rate, whatever the server does;
+//! `--thrash KIB` makes it write over that much memory as it burns, as a read does),
 //! `--ab` (in-process, in-store and in-service in turn in this process; `support/ab.rs`).
 //! `--count-all` counts without a predicate (lance answers from the manifest), leaving the
 //! request path's own cost.
@@ -183,20 +184,7 @@ impl Read {
     /// The same read through the server's whole request service, called in this process:
     /// every stage and the handler, but no socket, no hyper and no second process.
     async fn in_service(self, service: &lancet::http::Service, i: usize) -> usize {
-        use tower::ServiceExt as _;
-        let mut request = axum::http::Request::post(self.path())
-            .header("content-type", "application/json")
-            .header("accept", "application/vnd.apache.arrow.stream")
-            .header("authorization", format!("Bearer {KEY}"))
-            .body(axum::body::Body::from(self.body(i)))
-            .unwrap();
-        request
-            .extensions_mut()
-            .insert(axum::extract::ConnectInfo(std::net::SocketAddr::from((
-                [127, 0, 0, 1],
-                1,
-            ))));
-        let response = service.clone().oneshot(request).await.unwrap();
+        let response = call_service(service, "POST", self.path(), self.body(i)).await;
         let status = response.status();
         let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
             .await
@@ -231,6 +219,32 @@ impl Read {
             .unwrap();
         batches.iter().map(|b| b.num_rows()).sum()
     }
+}
+
+/// `method path` with a JSON `body` through `service`, as a loopback client with the bench's
+/// key sends it.
+async fn call_service(
+    service: &lancet::http::Service,
+    method: &str,
+    path: &str,
+    body: Vec<u8>,
+) -> axum::response::Response {
+    use tower::ServiceExt as _;
+    let mut request = axum::http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", "application/json")
+        .header("accept", "application/vnd.apache.arrow.stream")
+        .header("authorization", format!("Bearer {KEY}"))
+        .body(axum::body::Body::from(body))
+        .unwrap();
+    request
+        .extensions_mut()
+        .insert(axum::extract::ConnectInfo(std::net::SocketAddr::from((
+            [127, 0, 0, 1],
+            1,
+        ))));
+    service.clone().oneshot(request).await.unwrap()
 }
 
 /// The server's request service on `data`, built in this process (upkeep off, as the served
@@ -686,10 +700,12 @@ async fn bench() {
             let cpus = server_cpus.clone().unwrap_or_else(|| "1".into());
             // `--burn US`: served here, a stand-in that burns US µs per call instead of Lancet.
             let burn = arg("--burn", 0) as u64;
+            // `--thrash KIB`: the stand-in writes over that much memory as it burns.
+            let thrash = arg("--thrash", 0);
             let addr = served_here::start(cpus, move || async move {
                 match burn {
                     0 => in_service(&data).await,
-                    us => served_here::burner(us),
+                    us => served_here::burner(us, thrash),
                 }
             });
             base = format!("http://{addr}");

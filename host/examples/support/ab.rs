@@ -4,7 +4,10 @@
 //! check, no request path) and the whole request service (in-service). Each call's CPU (this
 //! process's, every thread) is summed per path. Separate processes differ from run to run by
 //! more than the differences sought here (the same lance work by +-15%); in one process that
-//! spread falls on all three alike.
+//! spread falls on all paths alike. A fourth path (`--ab-paths 1,2,3` picks paths) sends a
+//! count with no predicate (`--ab-healthz`: `GET /healthz`) through the service and then
+//! reads in-store: the request path as it costs between two reads, with the caches a read
+//! leaves behind, rather than back to back.
 
 use std::time::{Duration, Instant};
 
@@ -20,14 +23,23 @@ pub async fn run(read: Read, location: &str, data: &str, stop: Instant) {
         branch: None,
         version: None,
     };
-    let mut cpu = [0u64; 3];
-    let mut polls = [0u64; 3];
+    let mut cpu = [0u64; 4];
+    let mut polls = [0u64; 4];
+    // `--ab-paths 1,2`: only those paths (0 in-process, 1 in-store, 2 in-service, 3 the
+    // request path alone then in-store).
+    let paths: Vec<usize> = std::env::args()
+        .skip_while(|a| a != "--ab-paths")
+        .nth(1)
+        .map_or(vec![0, 1, 2], |l| {
+            l.split(',').map(|p| p.parse().unwrap()).collect()
+        });
+    let healthz = std::env::args().any(|a| a == "--ab-healthz");
     let mut rounds = 0u64;
     let mut i = 0;
     while Instant::now() < stop {
         // Each round starts at the next path, so none always follows the same one.
-        for k in 0..3 {
-            let path = (k + rounds as usize) % 3;
+        for k in 0..paths.len() {
+            let path = paths[(k + rounds as usize) % paths.len()];
             let polled = Polls::default();
             let before = process_cpu_ns();
             match path {
@@ -40,7 +52,19 @@ pub async fn run(read: Read, location: &str, data: &str, stop: Instant) {
                         })
                         .await
                 }
-                _ => polled.count(read.in_service(&service, i)).await,
+                2 => polled.count(read.in_service(&service, i)).await,
+                // The request path alone (a count with no predicate; `--ab-healthz`: `GET
+                // /healthz`) and then the read on the store's dataset outside it: what
+                // in-service would cost if the two only added.
+                _ => {
+                    polled
+                        .count(async {
+                            request(&service, healthz).await;
+                            let ds = app.store.read(location, &latest).await.unwrap();
+                            read.in_process(&ds, i).await
+                        })
+                        .await
+                }
             };
             cpu[path] += process_cpu_ns() - before;
             polls[path] += polled.0.get();
@@ -50,10 +74,12 @@ pub async fn run(read: Read, location: &str, data: &str, stop: Instant) {
     }
     let per = |n: u64| n as f64 / rounds.max(1) as f64;
     println!(
-        "CPU µs per call, {rounds} rounds: in-process {:.1}, in-store {:.1}, in-service {:.1}",
+        "CPU µs per call, {rounds} rounds: in-process {:.1}, in-store {:.1}, in-service {:.1}, \
+         request path alone + in-store {:.1}",
         per(cpu[0]) / 1e3,
         per(cpu[1]) / 1e3,
-        per(cpu[2]) / 1e3
+        per(cpu[2]) / 1e3,
+        per(cpu[3]) / 1e3
     );
     // More than one poll would mean the read waited (on another thread, a timer or I/O).
     println!(
@@ -88,4 +114,14 @@ fn process_cpu_ns() -> u64 {
     // SAFETY: `t` is a valid timespec to write.
     unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut t) };
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
+}
+
+/// `POST /v1/table/t/count_rows` with no predicate (or `GET /healthz`) through `service`.
+async fn request(service: &lancet::http::Service, healthz: bool) {
+    let (method, path) = match healthz {
+        true => ("GET", "/healthz"),
+        false => ("POST", "/v1/table/t/count_rows"),
+    };
+    let response = super::call_service(service, method, path, b"{}".to_vec()).await;
+    assert!(response.status().is_success());
 }

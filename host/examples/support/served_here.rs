@@ -93,10 +93,12 @@ pub fn cpu_ns() -> u64 {
 /// thread's CPU: a stand-in for lance's work of a known cost, so that served here its CPU per
 /// call over `micros` is what HTTP and the socket cost at that call rate on this machine,
 /// whatever the server does.
-pub fn burner(micros: u64) -> lancet::http::Service {
+/// With `thrash_kib` > 0 the burning writes over that much memory, line by line, as a read's
+/// work does: the request path then runs with caches another working set has filled.
+pub fn burner(micros: u64, thrash_kib: usize) -> lancet::http::Service {
     tower::util::BoxCloneSyncService::new(tower::service_fn(
         move |_request: axum::http::Request<axum::body::Body>| async move {
-            burn(micros);
+            burn(micros, thrash_kib);
             Ok::<_, std::convert::Infallible>(axum::response::Response::new(
                 axum::body::Body::from("10000"),
             ))
@@ -104,8 +106,9 @@ pub fn burner(micros: u64) -> lancet::http::Service {
     ))
 }
 
-/// Spins until this thread has used `micros` more µs of CPU.
-pub fn burn(micros: u64) {
+/// Spins (or writes over `thrash_kib` of memory) until this thread has used `micros` more
+/// µs of CPU.
+pub fn burn(micros: u64, thrash_kib: usize) {
     let now = || {
         let mut t = libc::timespec {
             tv_sec: 0,
@@ -116,7 +119,25 @@ pub fn burn(micros: u64) {
         t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
     };
     let until = now() + micros * 1_000;
-    while now() < until {
-        std::hint::spin_loop();
+    if thrash_kib == 0 {
+        while now() < until {
+            std::hint::spin_loop();
+        }
+        return;
     }
+    thread_local! {
+        static MEMORY: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    MEMORY.with_borrow_mut(|memory| {
+        memory.resize(thrash_kib << 10, 0);
+        let mut at = 0;
+        while now() < until {
+            // A thousand cache lines between looks at the clock.
+            for _ in 0..1024 {
+                memory[at] = memory[at].wrapping_add(1);
+                at = (at + 64) % memory.len();
+            }
+        }
+        std::hint::black_box(&memory);
+    });
 }
