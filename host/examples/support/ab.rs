@@ -23,10 +23,10 @@ pub async fn run(read: Read, location: &str, data: &str, stop: Instant) {
         branch: None,
         version: None,
     };
-    let mut cpu = [0u64; 4];
-    let mut polls = [0u64; 4];
+    let mut cpu = [0u64; 5];
+    let mut polls = [0u64; 5];
     // `--ab-paths 1,2`: only those paths (0 in-process, 1 in-store, 2 in-service, 3 the
-    // request path alone then in-store).
+    // request path alone then in-store, 4 in-store through Lancet's query code).
     let paths: Vec<usize> = std::env::args()
         .skip_while(|a| a != "--ab-paths")
         .nth(1)
@@ -53,6 +53,40 @@ pub async fn run(read: Read, location: &str, data: &str, stop: Instant) {
                         .await
                 }
                 2 => polled.count(read.in_service(&service, i)).await,
+                // The read in-store through Lancet's own query code (`QuerySpec::stream`:
+                // its scanner, the flat-search check) and its answer through Arrow IPC and
+                // back, without the request path or the body's parsing.
+                4 => {
+                    polled
+                        .count(async {
+                            let ds = app.store.read(location, &latest).await.unwrap();
+                            match spec(read, i) {
+                                Some(spec) => {
+                                    use futures::TryStreamExt as _;
+                                    let stream = spec.stream(&ds, &app.store.vectors).await;
+                                    let stream = stream.unwrap();
+                                    let schema = stream.schema();
+                                    let batches: Vec<arrow_array::RecordBatch> =
+                                        stream.try_collect().await.unwrap();
+                                    // The answer as Arrow IPC and read back, as the handler
+                                    // encodes it and the in-service loop decodes it.
+                                    let mut bytes = Vec::new();
+                                    let mut writer = arrow_ipc::writer::StreamWriter::try_new(
+                                        &mut bytes, &schema,
+                                    )
+                                    .unwrap();
+                                    for b in &batches {
+                                        writer.write(b).unwrap();
+                                    }
+                                    writer.finish().unwrap();
+                                    drop(writer);
+                                    read.rows(&bytes)
+                                }
+                                None => read.in_process(&ds, i).await,
+                            }
+                        })
+                        .await
+                }
                 // The request path alone (a count with no predicate; `--ab-healthz`: `GET
                 // /healthz`) and then the read on the store's dataset outside it: what
                 // in-service would cost if the two only added.
@@ -75,11 +109,12 @@ pub async fn run(read: Read, location: &str, data: &str, stop: Instant) {
     let per = |n: u64| n as f64 / rounds.max(1) as f64;
     println!(
         "CPU µs per call, {rounds} rounds: in-process {:.1}, in-store {:.1}, in-service {:.1}, \
-         request path alone + in-store {:.1}",
+         request path alone + in-store {:.1}, in-store via Lancet's query code and IPC {:.1}",
         per(cpu[0]) / 1e3,
         per(cpu[1]) / 1e3,
         per(cpu[2]) / 1e3,
-        per(cpu[3]) / 1e3
+        per(cpu[3]) / 1e3,
+        per(cpu[4]) / 1e3
     );
     // More than one poll would mean the read waited (on another thread, a timer or I/O).
     println!(
@@ -124,4 +159,32 @@ async fn request(service: &lancet::http::Service, healthz: bool) {
     };
     let response = super::call_service(service, method, path, b"{}".to_vec()).await;
     assert!(response.status().is_success());
+}
+
+/// The query the bench's body for `read` asks for, as Lancet's query code takes it (`None`
+/// for a count, which is no query).
+fn spec(read: Read, i: usize) -> Option<lancet::store::QuerySpec> {
+    use lancet::store::{Projection, QuerySpec, VectorQuery};
+    let base = QuerySpec {
+        k: Some(10),
+        projection: Some(Projection::Names(vec!["id".into()])),
+        ..Default::default()
+    };
+    match read {
+        Read::Vector => Some(QuerySpec {
+            vector: Some(VectorQuery {
+                vectors: vec![super::query_vector(i)],
+                nprobes: Some(8),
+                ..Default::default()
+            }),
+            ..base
+        }),
+        Read::Fts => Some(QuerySpec {
+            fts: Some(lance_index::scalar::FullTextSearchQuery::new(super::word(
+                i,
+            ))),
+            ..base
+        }),
+        Read::Count => None,
+    }
 }
