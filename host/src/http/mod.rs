@@ -23,6 +23,7 @@ mod metadata;
 mod multipart;
 mod namespaces;
 pub mod openapi;
+mod own_task;
 pub mod pipeline;
 pub use pipeline::observe::{ServedTenant, install_panic_hook};
 mod materialized_views;

@@ -93,6 +93,19 @@ pub async fn query(
 ) -> ApiResult<Response> {
     let spec = query_body::parse(&body)?;
     let ds = dataset_for(&app, &target, &body).await?;
+    // The read wakes many times: each wake polls it directly rather than through every stage.
+    super::own_task::run(answer(app, target, headers, body, spec, ds)).await
+}
+
+/// The query's answer: lance's (or the LSM scanner's) batches as Arrow IPC, or JSON rows.
+async fn answer(
+    app: AppState,
+    target: Target,
+    headers: HeaderMap,
+    body: Value,
+    spec: crate::store::QuerySpec,
+    ds: std::sync::Arc<lance::Dataset>,
+) -> ApiResult<Response> {
     let mut stream = match lsm_location(&app, &target, &body, &spec, &ds).await? {
         Some(location) => {
             let read = app.store.lsm_read(&location, &spec).await?;
