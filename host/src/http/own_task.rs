@@ -48,18 +48,21 @@ mod tests {
 
     #[tokio::test]
     async fn dropping_the_caller_aborts_the_work() {
+        let (started_tx, started) = tokio::sync::oneshot::channel::<()>();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let waiting = run(async move {
+        let caller = tokio::spawn(run(async move {
+            started_tx.send(()).unwrap();
             // Holds `tx` until aborted: the receiver then sees the sender dropped.
             std::future::pending::<()>().await;
             drop(tx);
-        });
-        let caller = tokio::spawn(waiting);
-        tokio::task::yield_now().await;
+        }));
+        // The work runs on its own task before the caller goes away.
+        started.await.unwrap();
         caller.abort();
+        let dropped = tokio::time::timeout(std::time::Duration::from_secs(5), rx).await;
         assert!(
-            rx.await.is_err(),
-            "the work's task was dropped, and `tx` with it"
+            matches!(dropped, Ok(Err(_))),
+            "the work's task was aborted, and `tx` dropped with it"
         );
     }
 }
