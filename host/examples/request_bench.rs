@@ -47,7 +47,8 @@
 //! over loopback HTTP from a thread of this process on `--server-cpus`, 1 unless told: the
 //! socket and hyper without a second process; `--burn US` serves a stand-in that burns US µs
 //! of CPU per call instead: what HTTP costs at that call rate, whatever the server does;
-//! `--thrash KIB` makes it write over that much memory as it burns, as a read does),
+//! `--thrash KIB` makes it write over that much memory as it burns, as a read does; `--bare`
+//! serves the least any server over lance must do instead: `support/bare.rs`),
 //! `--ab` (in-process, in-store and in-service in turn in this process; `support/ab.rs`).
 //! `--count-all` counts without a predicate (lance answers from the manifest), leaving the
 //! request path's own cost.
@@ -98,6 +99,8 @@ unsafe impl std::alloc::GlobalAlloc for Counted {
 
 #[path = "support/ab.rs"]
 mod ab;
+#[path = "support/bare.rs"]
+mod bare;
 #[path = "support/rows.rs"]
 mod rows;
 #[path = "support/served.rs"]
@@ -107,10 +110,7 @@ mod served_here;
 use rows::{WORDS, arg, batch, vector};
 use served::{Served, client};
 
-use arrow_array::{Float32Array, RecordBatch};
-use futures::TryStreamExt;
 use lance::Dataset;
-use lance_index::scalar::FullTextSearchQuery;
 use serde_json::{Value, json};
 
 const KEY: &str = "request-bench-key";
@@ -195,29 +195,14 @@ impl Read {
 
     /// The same read on lance in this process.
     async fn in_process(self, ds: &Dataset, i: usize) -> usize {
-        if self == Read::Count {
-            let predicate = (!count_all()).then(|| format!("category = {}", i % 10));
-            return ds.count_rows(predicate).await.unwrap();
-        }
-        let mut scan = ds.scan();
-        scan.project(&["id"]).unwrap();
-        if self == Read::Vector {
-            scan.nearest("vec", &Float32Array::from(query_vector(i)), 10)
-                .unwrap();
-            scan.nprobes(8);
-        } else {
-            scan.full_text_search(FullTextSearchQuery::new(word(i)))
-                .unwrap();
-            scan.limit(Some(10), None).unwrap();
-        }
-        let batches: Vec<RecordBatch> = scan
-            .try_into_stream()
-            .await
-            .unwrap()
-            .try_collect()
-            .await
-            .unwrap();
-        batches.iter().map(|b| b.num_rows()).sum()
+        let query = match self {
+            Read::Vector => bare::Query::Vector(query_vector(i)),
+            Read::Fts => bare::Query::Fts(word(i)),
+            Read::Count => {
+                bare::Query::Count((!count_all()).then(|| format!("category = {}", i % 10)))
+            }
+        };
+        bare::run(ds, query).await.rows()
     }
 }
 
@@ -702,10 +687,15 @@ async fn bench() {
             let burn = arg("--burn", 0) as u64;
             // `--thrash KIB`: the stand-in writes over that much memory as it burns.
             let thrash = arg("--thrash", 0);
+            // `--bare`: the least any server must do (`bare`), on lance opened here.
+            let bare = std::env::args()
+                .any(|a| a == "--bare")
+                .then(|| location.clone());
             let addr = served_here::start(cpus, move || async move {
-                match burn {
-                    0 => in_service(&data).await,
-                    us => served_here::burner(us, thrash),
+                match (burn, bare) {
+                    (0, Some(location)) => bare::service(&location).await,
+                    (0, None) => in_service(&data).await,
+                    (us, _) => served_here::burner(us, thrash),
                 }
             });
             base = format!("http://{addr}");

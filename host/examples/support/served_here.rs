@@ -63,7 +63,8 @@ where
     }
 }
 
-/// Nanoseconds of CPU the serving threads of this process have used.
+/// Nanoseconds of CPU the serving threads of this process have used: its own and lance's CPU
+/// pool (`lance-cpu`; when serving here, only the served side runs lance).
 pub fn cpu_ns() -> u64 {
     let mut total = 0;
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
@@ -74,7 +75,7 @@ pub fn cpu_ns() -> u64 {
         let Some((head, rest)) = stat.rsplit_once(')') else {
             continue;
         };
-        if !head.ends_with(&format!("({THREAD}")) {
+        if !head.ends_with(&format!("({THREAD}")) && !head.ends_with("(lance-cpu") {
             continue;
         }
         let fields: Vec<&str> = rest.split_whitespace().collect();

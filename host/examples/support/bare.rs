@@ -1,0 +1,117 @@
+//! The least any HTTP server over lance must do for the held read, as a service: take the
+//! JSON body apart for the query, run lance on a dataset opened in this process (as the
+//! in-process loop does), and answer the ids as Arrow IPC (or the count as text). No routing,
+//! credential, catalog, tenant, metrics or checks. Served here (`--served-here --bare`) its
+//! CPU per call bounds what any server design could reach over HTTP on this machine, so a gap
+//! between it and in-process lance is HTTP's and the body's, and one between it and Lancet is
+//! Lancet's.
+
+use std::sync::Arc;
+
+use arrow_array::{Float32Array, RecordBatch};
+use futures::TryStreamExt;
+use lance::Dataset;
+use lance_index::scalar::FullTextSearchQuery;
+use lance_io::stream::RecordBatchStream as _;
+use serde_json::Value;
+
+/// One read, as the in-process loop makes it and the bare service takes it from a body.
+pub enum Query {
+    Vector(Vec<f32>),
+    Fts(String),
+    Count(Option<String>),
+}
+
+/// What a read answered: the count, or the batches of ids.
+pub enum Answer {
+    Count(usize),
+    Rows(arrow_schema::SchemaRef, Vec<RecordBatch>),
+}
+
+impl Answer {
+    pub fn rows(&self) -> usize {
+        match self {
+            Answer::Count(n) => *n,
+            Answer::Rows(_, batches) => batches.iter().map(|b| b.num_rows()).sum(),
+        }
+    }
+}
+
+/// The read on lance: k=10 nearest with nprobes 8, a full-text match with k=10, or a count,
+/// each projecting `id` only.
+pub async fn run(ds: &Dataset, query: Query) -> Answer {
+    let mut scan = ds.scan();
+    scan.project(&["id"]).unwrap();
+    match query {
+        Query::Count(predicate) => return Answer::Count(ds.count_rows(predicate).await.unwrap()),
+        Query::Vector(v) => {
+            scan.nearest("vec", &Float32Array::from(v), 10).unwrap();
+            scan.nprobes(8);
+        }
+        Query::Fts(word) => {
+            scan.full_text_search(FullTextSearchQuery::new(word))
+                .unwrap();
+            scan.limit(Some(10), None).unwrap();
+        }
+    }
+    let stream = scan.try_into_stream().await.unwrap();
+    let schema = stream.schema();
+    Answer::Rows(schema, stream.try_collect().await.unwrap())
+}
+
+/// The query a bench body (`Read::body`) asks for, on `path`.
+fn query(path: &str, body: &Value) -> Query {
+    if path.ends_with("/count_rows") {
+        let predicate = body.get("predicate").and_then(Value::as_str);
+        return Query::Count(predicate.map(str::to_string));
+    }
+    match body["vector"].as_array() {
+        Some(v) if !v.is_empty() => Query::Vector(
+            v.iter()
+                .map(|x| x.as_f64().expect("a number") as f32)
+                .collect(),
+        ),
+        _ => Query::Fts(
+            body["full_text_query"]["string_query"]["query"]
+                .as_str()
+                .expect("a full-text query")
+                .to_string(),
+        ),
+    }
+}
+
+/// The bare service on the table at `location`, opened here.
+pub async fn service(location: &str) -> lancet::http::Service {
+    let ds = Arc::new(Dataset::open(location).await.unwrap());
+    tower::util::BoxCloneSyncService::new(tower::service_fn(
+        move |request: axum::http::Request<axum::body::Body>| {
+            let ds = ds.clone();
+            async move {
+                let path = request.uri().path().to_string();
+                let body = axum::body::to_bytes(request.into_body(), usize::MAX)
+                    .await
+                    .unwrap();
+                let body: Value = serde_json::from_slice(&body).unwrap();
+                let bytes = match run(&ds, query(&path, &body)).await {
+                    Answer::Count(n) => n.to_string().into_bytes(),
+                    Answer::Rows(schema, batches) => ipc(&schema, &batches),
+                };
+                Ok::<_, std::convert::Infallible>(axum::response::Response::new(
+                    axum::body::Body::from(bytes),
+                ))
+            }
+        },
+    ))
+}
+
+/// `batches` as an Arrow IPC stream.
+fn ipc(schema: &arrow_schema::Schema, batches: &[RecordBatch]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut writer = arrow_ipc::writer::StreamWriter::try_new(&mut out, schema).unwrap();
+    for b in batches {
+        writer.write(b).unwrap();
+    }
+    writer.finish().unwrap();
+    drop(writer);
+    out
+}
