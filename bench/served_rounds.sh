@@ -10,6 +10,7 @@
 set -euo pipefail
 read_=$1 rounds=${2:-3} clients=${3:-8}
 bench=${REQUEST_BENCH:-${CARGO_TARGET_DIR:-target}/release/examples/request_bench}
+[ -x "$bench" ] || { echo "no release request_bench at $bench: build it first (above)" >&2; exit 1; }
 export LANCET_BENCH_SERVER=${LANCET_BENCH_SERVER:-$(dirname "$bench")/../lancet}
 secs=14
 out=$(mktemp)

@@ -37,23 +37,26 @@ impl Answer {
     }
 }
 
-/// The read on lance: k=10 nearest with nprobes 8, a full-text match with k=10, or a count,
-/// each projecting `id` only.
+/// The read on lance: k=10 nearest with nprobes 8 or a full-text match with k=10, each
+/// projecting `id` only, or a count.
 pub async fn run(ds: &Dataset, query: Query) -> Answer {
-    let mut scan = ds.scan();
-    scan.project(&["id"]).unwrap();
-    match query {
+    let mut scan = match query {
         Query::Count(predicate) => return Answer::Count(ds.count_rows(predicate).await.unwrap()),
         Query::Vector(v) => {
+            let mut scan = ds.scan();
             scan.nearest("vec", &Float32Array::from(v), 10).unwrap();
             scan.nprobes(8);
+            scan
         }
         Query::Fts(word) => {
+            let mut scan = ds.scan();
             scan.full_text_search(FullTextSearchQuery::new(word))
                 .unwrap();
             scan.limit(Some(10), None).unwrap();
+            scan
         }
-    }
+    };
+    scan.project(&["id"]).unwrap();
     let stream = scan.try_into_stream().await.unwrap();
     let schema = stream.schema();
     Answer::Rows(schema, stream.try_collect().await.unwrap())
