@@ -83,13 +83,44 @@ fn query(path: &str, body: &Value) -> Query {
     }
 }
 
+/// Where the bare service gets the dataset for each read.
+pub enum Source {
+    /// Opened here once, as the in-process loop opens it.
+    Opened(Arc<Dataset>),
+    /// The latest state as Lancet's store holds it (its session, object-store wrappers and
+    /// consistency check), read per request: bare plus Lancet's way of holding tables.
+    Store(Arc<lancet::App>, String),
+}
+
+impl Source {
+    async fn dataset(&self) -> Arc<Dataset> {
+        match self {
+            Source::Opened(ds) => ds.clone(),
+            Source::Store(app, location) => {
+                let latest = lancet::store::At {
+                    branch: None,
+                    version: None,
+                };
+                app.store.read(location, &latest).await.unwrap()
+            }
+        }
+    }
+}
+
 /// The bare service on the table at `location`, opened here.
 pub async fn service(location: &str) -> lancet::http::Service {
     let ds = Arc::new(Dataset::open(location).await.unwrap());
+    service_on(Source::Opened(ds))
+}
+
+/// The bare service reading from `source`.
+pub fn service_on(source: Source) -> lancet::http::Service {
+    let source = Arc::new(source);
     tower::util::BoxCloneSyncService::new(tower::service_fn(
         move |request: axum::http::Request<axum::body::Body>| {
-            let ds = ds.clone();
+            let source = source.clone();
             async move {
+                let ds = source.dataset().await;
                 let path = request.uri().path().to_string();
                 let body = axum::body::to_bytes(request.into_body(), usize::MAX)
                     .await
