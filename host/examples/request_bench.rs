@@ -49,7 +49,7 @@
 //! of CPU per call instead: what HTTP costs at that call rate, whatever the server does;
 //! `--thrash KIB` makes it write over that much memory as it burns, as a read does; `--bare`
 //! serves the least any server over lance must do instead: `support/bare.rs`; with
-//! `--from-store`, on the dataset as Lancet's store holds it),
+//! `--from-store`, on the dataset as Lancet's store holds it; `--from-store-once`, taken once),
 //! `--ab` (in-process, in-store and in-service in turn in this process; `support/ab.rs`).
 //! `--count-all` counts without a predicate (lance answers from the manifest), leaving the
 //! request path's own cost.
@@ -694,9 +694,14 @@ async fn bench() {
                 .then(|| location.clone());
             let addr = served_here::start(cpus, move || async move {
                 match (burn, bare) {
-                    // `--bare --from-store`: bare, reading the dataset from Lancet's store.
+                    // `--bare --from-store`: bare, reading the dataset from Lancet's store
+                    // (`--from-store-once`: taken from it once, at the start).
                     (0, Some(location)) if std::env::args().any(|a| a == "--from-store") => {
                         bare::service_on(bare::Source::Store(app(&data).await, location))
+                    }
+                    (0, Some(location)) if std::env::args().any(|a| a == "--from-store-once") => {
+                        let store = bare::Source::Store(app(&data).await, location);
+                        bare::service_on(bare::Source::Opened(store.dataset().await))
                     }
                     (0, Some(location)) => bare::service(&location).await,
                     (0, None) => in_service(&data).await,

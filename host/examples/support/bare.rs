@@ -93,7 +93,7 @@ pub enum Source {
 }
 
 impl Source {
-    async fn dataset(&self) -> Arc<Dataset> {
+    pub async fn dataset(&self) -> Arc<Dataset> {
         match self {
             Source::Opened(ds) => ds.clone(),
             Source::Store(app, location) => {
