@@ -50,7 +50,9 @@
 //! `--thrash KIB` makes it write over that much memory as it burns, as a read does; `--bare`
 //! serves the least any server over lance must do instead: `support/bare.rs`; with
 //! `--from-store`, on the dataset as Lancet's store holds it; `--from-store-once`, taken once),
-//! `--ab` (in-process, in-store and in-service in turn in this process; `support/ab.rs`).
+//! `--ab` (in-process, in-store and in-service in turn in this process; `support/ab.rs`),
+//! `--alternate ROUNDS [--variant ARGS]` (in-process, bare and Lancet on the serving CPU in turn,
+//! seconds apart; `support/alternate.rs`). `--data DIR` keeps (or reuses) the loaded table.
 //! `--count-all` counts without a predicate (lance answers from the manifest), leaving the
 //! request path's own cost.
 //! The server binary is looked up beside the bench's own directory (`../lancet`).
@@ -100,15 +102,19 @@ unsafe impl std::alloc::GlobalAlloc for Counted {
 
 #[path = "support/ab.rs"]
 mod ab;
+#[path = "support/alternate.rs"]
+mod alternate;
 #[path = "support/bare.rs"]
 mod bare;
+#[path = "support/loaded.rs"]
+mod loaded;
 #[path = "support/rows.rs"]
 mod rows;
 #[path = "support/served.rs"]
 mod served;
 #[path = "support/served_here.rs"]
 mod served_here;
-use rows::{WORDS, arg, batch, vector};
+use rows::{WORDS, arg, vector};
 use served::{Served, client};
 
 use lance::Dataset;
@@ -236,13 +242,25 @@ async fn call_service(
 /// The server's request service on `data`, built in this process (upkeep off, as the served
 /// one runs here).
 async fn in_service(data: &str) -> lancet::http::Service {
-    lancet::http::service(app(data).await, 64 << 20, Duration::from_secs(30))
+    in_service_with(data, &[]).await
+}
+
+/// The same with more `serve` options.
+async fn in_service_with(data: &str, extra: &[String]) -> lancet::http::Service {
+    let app = app_with(data, extra).await;
+    lancet::http::service(app, 64 << 20, Duration::from_secs(30))
 }
 
 /// The server's state on `data`, built in this process (upkeep off).
 async fn app(data: &str) -> Arc<lancet::App> {
+    app_with(data, &[]).await
+}
+
+async fn app_with(data: &str, extra: &[String]) -> Arc<lancet::App> {
+    let args = ["--data", data, "--upkeep", "false"].into_iter();
     let config =
-        lancet::config::ServeConfig::from_args(["--data", data, "--upkeep", "false"]).unwrap();
+        lancet::config::ServeConfig::from_args(args.chain(extra.iter().map(String::as_str)))
+            .unwrap();
     lancet::server::build_app(&config).await.unwrap()
 }
 
@@ -580,11 +598,11 @@ async fn bench() {
     let n = arg("--n", 400);
     let secs = arg("--secs", 4) as f64;
     let bin = served::server_binary();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = loaded::Data::from_args();
     let start = || {
         Served::start_with(
             &bin,
-            dir.path().to_str().unwrap(),
+            dir.path(),
             &[],
             &[("LANCET_BOOTSTRAP_KEY", KEY), ("LANCET_UPKEEP", "false")],
         )
@@ -609,30 +627,7 @@ async fn bench() {
     let mut served = start();
     let mut base = served.base.clone();
     let http = client(KEY);
-    let per = rows / 40;
-    for k in 0..40 {
-        let ids: Vec<i64> = ((k * per) as i64..((k + 1) * per) as i64).collect();
-        let op = if k == 0 { "create" } else { "insert" };
-        let r = http
-            .post(format!("{base}/v1/table/t/{op}"))
-            .header("content-type", "application/vnd.apache.arrow.stream")
-            .body(batch(&ids, 0))
-            .send()
-            .await
-            .unwrap();
-        assert!(r.status().is_success(), "{op}: {}", r.text().await.unwrap());
-    }
-    for body in [
-        json!({"column": "vec", "index_type": "IVF_PQ", "num_partitions": 16, "num_sub_vectors": 8}),
-        json!({"column": "text", "index_type": "FTS"}),
-        json!({"column": "category", "index_type": "BTREE"}),
-    ] {
-        post(&http, &format!("{base}/v1/table/t/create_index"), body).await;
-    }
-    let location = post(&http, &format!("{base}/v1/table/t/describe"), json!({})).await["location"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let location = loaded::table(&http, &base, rows).await;
     println!(
         "{rows} rows in 40 fragments; {n} sequential calls per latency, {secs} s per throughput"
     );
@@ -663,7 +658,7 @@ async fn bench() {
         // `--in-service`: the loop through the server's request service built in this
         // process on the same data directory (what the server adds, without the network).
         let service = match std::env::args().any(|a| a == "--in-service") {
-            true => Some(in_service(dir.path().to_str().unwrap()).await),
+            true => Some(in_service(dir.path()).await),
             false => None,
         };
         // `--in-store`: the read on lance as above, on the dataset the server's store holds
@@ -671,7 +666,7 @@ async fn bench() {
         // here: what Lancet's way of holding tables costs lance, without the request path.
         let store = match std::env::args().any(|a| a == "--in-store") {
             true => Some(Arc::new((
-                app(dir.path().to_str().unwrap()).await,
+                app(dir.path()).await,
                 location.clone(),
             ))),
             false => None,
@@ -682,7 +677,7 @@ async fn bench() {
         let served_here = std::env::args().any(|a| a == "--served-here");
         COUNTING.store(!served_here, Ordering::Relaxed);
         if served_here {
-            let data = dir.path().to_str().unwrap().to_string();
+            let data = dir.path().to_string();
             let cpus = server_cpus.clone().unwrap_or_else(|| "1".into());
             // `--burn US`: served here, a stand-in that burns US µs per call instead of Lancet.
             let burn = arg("--burn", 0) as u64;
@@ -710,9 +705,16 @@ async fn bench() {
             });
             base = format!("http://{addr}");
         }
+        // `--alternate ROUNDS`: in-process, bare and Lancet in turn in this process.
+        if std::env::args().any(|a| a == "--alternate") {
+            COUNTING.store(false, Ordering::Relaxed);
+            let cpus = server_cpus.clone().unwrap_or_else(|| "1".into());
+            alternate::run(read, &location, dir.path(), cpus, clients).await;
+            return;
+        }
         // `--ab`: the three paths in turn in this process (see `ab`).
         if std::env::args().any(|a| a == "--ab") {
-            ab::run(read, &location, dir.path().to_str().unwrap(), stop).await;
+            ab::run(read, &location, dir.path(), stop).await;
             return;
         }
         let calls = Arc::new(AtomicU64::new(0));
@@ -778,7 +780,7 @@ async fn bench() {
         base: &base,
         location: &location,
         server_pid: served.child.id(),
-        service: in_service(dir.path().to_str().unwrap()).await,
+        service: in_service(dir.path()).await,
     };
     measure(&setup, "fresh (40 fragments)", n, secs).await;
     post(&http, &format!("{base}/v1/table/t/optimize"), json!({})).await;

@@ -68,6 +68,12 @@ pub struct ServeConfig {
     /// data call it makes goes through the REST API with the user's key).
     #[arg(long, env = "LANCET_CONSOLE", default_value_t = true, action = clap::ArgAction::Set)]
     pub console: bool,
+    /// Log a line per answered request (method, path, status, latency) at `info`. Off by
+    /// default: at thousands of requests a second the line costs more than the rest of the
+    /// request path (bench/RESULTS.md), and `/metrics` has the same figures. Failed requests
+    /// (5xx) are logged either way.
+    #[arg(long, env = "LANCET_ACCESS_LOG", default_value_t = false, action = clap::ArgAction::Set)]
+    pub access_log: bool,
     /// Largest accepted request body, in MiB.
     #[arg(long, env = "LANCET_MAX_BODY_MB", default_value_t = 512)]
     pub max_body_mb: usize,

@@ -17,6 +17,7 @@ pub mod functions;
 pub mod http;
 pub mod jobs;
 pub mod json_types;
+pub mod logging;
 pub mod metrics;
 pub mod object_cache;
 pub mod object_requests;
@@ -65,6 +66,8 @@ pub struct App {
     pub vend_storage_options: bool,
     /// `--console`: serve the web console at `/console`.
     pub console: bool,
+    /// `--access-log`: a log line per answered request.
+    pub access_log: bool,
     /// Server state under the data root (auth file, jobs, modules, leases).
     pub root: std::sync::Arc<root::RootStore>,
     /// This node's name in leases.

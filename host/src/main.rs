@@ -200,20 +200,8 @@ fn package(
 
 fn main() {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_env("LANCET_LOG")
-        .unwrap_or_else(|_| "info,lance=warn,lance_namespace_impls=warn,lancet=info".into());
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match cli.log_format {
-        lancet::config::LogFormat::Text => logs.init(),
-        // Span fields (request_id, tenant...) flattened into each line's "span" object.
-        lancet::config::LogFormat::Json => logs
-            .json()
-            .with_current_span(true)
-            .with_span_list(false)
-            .init(),
-    }
+    tracing::dispatcher::set_global_default(lancet::logging::dispatch(cli.log_format))
+        .expect("the first subscriber");
     lancet::http::install_panic_hook();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -120,6 +120,7 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
         fault_injection: std::env::var("LANCET_FAULT_INJECTION").is_ok_and(|v| v == "1"),
         vend_storage_options: config.vend_storage_options,
         console: config.console,
+        access_log: config.access_log,
         root,
         node_id,
     }))

@@ -83,6 +83,31 @@ fn query(path: &str, body: &Value) -> Query {
     }
 }
 
+/// A search as Lancet's query code takes it (`None` for a count).
+fn spec(query: &Query) -> Option<lancet::store::QuerySpec> {
+    use lancet::store::{Projection, QuerySpec, VectorQuery};
+    let base = QuerySpec {
+        k: Some(10),
+        projection: Some(Projection::Names(vec!["id".into()])),
+        ..Default::default()
+    };
+    match query {
+        Query::Vector(v) => Some(QuerySpec {
+            vector: Some(VectorQuery {
+                vectors: vec![v.clone()],
+                nprobes: Some(8),
+                ..Default::default()
+            }),
+            ..base
+        }),
+        Query::Fts(word) => Some(QuerySpec {
+            fts: Some(FullTextSearchQuery::new(word.clone())),
+            ..base
+        }),
+        Query::Count(_) => None,
+    }
+}
+
 /// Where the bare service gets the dataset for each read.
 pub enum Source {
     /// Opened here once, as the in-process loop opens it.
@@ -115,6 +140,14 @@ pub async fn service(location: &str) -> lancet::http::Service {
 
 /// The bare service reading from `source`.
 pub fn service_on(source: Source) -> lancet::http::Service {
+    service_with(source, false)
+}
+
+/// The bare service reading from `source`; with `lancet_query` a search runs through
+/// Lancet's query code (`QuerySpec::stream` with the store's vector cache; needs a
+/// `Source::Store`) rather than lance's scanner set up here: the handler's read without the
+/// request path, the catalog, the checks or the answer's framing.
+pub fn service_with(source: Source, lancet_query: bool) -> lancet::http::Service {
     let source = Arc::new(source);
     tower::util::BoxCloneSyncService::new(tower::service_fn(
         move |request: axum::http::Request<axum::body::Body>| {
@@ -126,7 +159,16 @@ pub fn service_on(source: Source) -> lancet::http::Service {
                     .await
                     .unwrap();
                 let body: Value = serde_json::from_slice(&body).unwrap();
-                let bytes = match run(&ds, query(&path, &body)).await {
+                let query = query(&path, &body);
+                let answer = match (&*source, spec(&query)) {
+                    (Source::Store(app, _), Some(spec)) if lancet_query => {
+                        let stream = spec.stream(&ds, &app.store.vectors).await.unwrap();
+                        let schema = stream.schema();
+                        Answer::Rows(schema, stream.try_collect().await.unwrap())
+                    }
+                    _ => run(&ds, query).await,
+                };
+                let bytes = match answer {
                     Answer::Count(n) => n.to_string().into_bytes(),
                     Answer::Rows(schema, batches) => ipc(&schema, &batches),
                 };

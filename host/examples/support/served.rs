@@ -22,11 +22,18 @@ impl Served {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> Served {
-        let mut child = Command::new(bin)
+        let mut command = Command::new(bin);
+        // `LANCET_BENCH_SERVER_LOG=default`: the server's own default logging (as README
+        // command 1 runs it); any other value is its `LANCET_LOG`; unset, errors only.
+        match std::env::var("LANCET_BENCH_SERVER_LOG") {
+            Ok(v) if v == "default" => command.env_remove("LANCET_LOG"),
+            Ok(v) => command.env("LANCET_LOG", v),
+            Err(_) => command.env("LANCET_LOG", "error"),
+        };
+        let mut child = command
             .args(["serve", "--addr", "127.0.0.1:0", "--data", data])
             .args(args)
             .envs(env.iter().copied())
-            .env("LANCET_LOG", "error")
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()

@@ -17,27 +17,69 @@ where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: std::future::Future<Output = lancet::http::Service>,
 {
+    start_named(cpus, THREAD, None, make)
+}
+
+/// [`start`], its threads named `name` (which should begin with [`THREAD`]), and logging
+/// through `logs` when given (as the `lancet` binary does through its own).
+pub fn start_named<F, Fut>(
+    cpus: String,
+    name: &str,
+    logs: Option<tracing::Dispatch>,
+    make: F,
+) -> SocketAddr
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = lancet::http::Service>,
+{
     let (tx, rx) = mpsc::channel();
+    let name = name.to_string();
     std::thread::Builder::new()
-        .name(THREAD.into())
+        .name(name.clone())
         .spawn(move || {
-            // SAFETY: gettid has no arguments and cannot fail.
-            let tid = unsafe { libc::syscall(libc::SYS_gettid) };
-            let status = std::process::Command::new("taskset")
-                .args(["-cp", &cpus, &tid.to_string()])
-                .stdout(std::process::Stdio::null())
-                .status()
-                .expect("taskset (util-linux) runs");
-            assert!(status.success(), "taskset -cp {cpus} {tid}: {status}");
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .thread_name(THREAD)
-                .build()
-                .unwrap();
-            runtime.block_on(serve(make, tx));
+            let logs = logs.map(|d| tracing::dispatcher::set_default(&d));
+            let runtime = pinned(&cpus, &name, logs.is_some());
+            runtime.block_on(serve(make, tx))
         })
         .unwrap();
     rx.recv().unwrap()
+}
+
+/// A runtime of its own on the CPUs of `cpus`, its threads named `name` (begin it with
+/// [`THREAD`] to have lance run on it in-process counted as the serving threads are).
+#[allow(dead_code)]
+pub fn runtime(cpus: String, name: &str) -> tokio::runtime::Handle {
+    let (tx, rx) = mpsc::channel();
+    let name = name.to_string();
+    std::thread::Builder::new()
+        .name(name.clone())
+        .spawn(move || {
+            let runtime = pinned(&cpus, &name, false);
+            tx.send(runtime.handle().clone()).unwrap();
+            runtime.block_on(std::future::pending::<()>());
+        })
+        .unwrap();
+    rx.recv().unwrap()
+}
+
+/// Moves this thread to `cpus`, then builds a runtime there, its threads named `name` (and
+/// logging through this thread's subscriber with `logged`).
+fn pinned(cpus: &str, name: &str, logged: bool) -> tokio::runtime::Runtime {
+    // SAFETY: gettid has no arguments and cannot fail.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) };
+    let status = std::process::Command::new("taskset")
+        .args(["-cp", cpus, &tid.to_string()])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("taskset (util-linux) runs");
+    assert!(status.success(), "taskset -cp {cpus} {tid}: {status}");
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if logged {
+        let logs = tracing::dispatcher::get_default(|d| d.clone());
+        // Every thread of the runtime logs as this one: the guard lives as long as the thread.
+        builder.on_thread_start(move || std::mem::forget(tracing::dispatcher::set_default(&logs)));
+    }
+    builder.enable_all().thread_name(name).build().unwrap()
 }
 
 async fn serve<F, Fut>(make: F, tx: mpsc::Sender<SocketAddr>)
@@ -64,20 +106,31 @@ where
 }
 
 /// Nanoseconds of CPU the serving threads of this process have used: its own and lance's CPU
-/// pool (`lance-cpu`; when serving here, only the served side runs lance).
+/// pool (`lance-cpu`; when serving here, only the served side runs lance). From each thread's
+/// `schedstat` (nanoseconds), else its `stat` (clock ticks).
 pub fn cpu_ns() -> u64 {
+    cpu_ns_of(|comm| comm.starts_with(THREAD) || comm == "lance-cpu")
+}
+
+/// Nanoseconds of CPU the threads of this process whose name passes `counted` have used.
+pub fn cpu_ns_of(counted: impl Fn(&str) -> bool) -> u64 {
     let mut total = 0;
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
         return 0;
     };
     for task in tasks.flatten() {
-        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
-        let Some((head, rest)) = stat.rsplit_once(')') else {
-            continue;
-        };
-        if !head.ends_with(&format!("({THREAD}")) && !head.ends_with("(lance-cpu") {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        let comm = comm.trim_end();
+        if !counted(comm) {
             continue;
         }
+        let schedstat = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
+        if let Some(ns) = schedstat.split_whitespace().next().and_then(|f| f.parse::<u64>().ok()) {
+            total += ns;
+            continue;
+        }
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        let rest = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
         let fields: Vec<&str> = rest.split_whitespace().collect();
         let ticks: u64 = [11, 12]
             .iter()

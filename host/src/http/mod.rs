@@ -508,9 +508,15 @@ pub fn service(state: AppState, body_limit: usize, body_timeout: std::time::Dura
             TraceLayer::new_for_http()
                 .make_span_with(pipeline::observe::request_span)
                 .on_request(())
-                .on_response(
-                    tower_http::trace::DefaultOnResponse::new().level(tracing::Level::INFO),
-                ),
+                // A line per request only when asked for (`--access-log`); `debug` otherwise,
+                // so `LANCET_LOG=tower_http=debug` still shows them.
+                .on_response(tower_http::trace::DefaultOnResponse::new().level(
+                    if state.access_log {
+                        tracing::Level::INFO
+                    } else {
+                        tracing::Level::DEBUG
+                    },
+                )),
         )
         .layer(PropagateRequestIdLayer::x_request_id())
         .service(pipeline::Pipeline::new(state, names, body_timeout, router))

@@ -44,14 +44,19 @@ where
     N: FnOnce(Request) -> F,
     F: Future<Output = Response>,
 {
+    let arrived_with = request.headers().get("x-request-id").cloned();
     let request = match request_headers_from_context(request).await {
         Ok(r) => r,
         Err(response) => return *response,
     };
     // The request id is the request's header as the context left it; the answer carries that
-    // one (the layers outside keep a header already there).
+    // one (the layers outside keep a header already there). The span was made with the id
+    // the request came with: only a context that changed it is recorded (a field recorded
+    // again shows twice in a log line).
     let request_id = request.headers().get("x-request-id").cloned();
-    if let Some(id) = request_id.as_ref().and_then(|v| v.to_str().ok()) {
+    if request_id != arrived_with
+        && let Some(id) = request_id.as_ref().and_then(|v| v.to_str().ok())
+    {
         tracing::Span::current().record("request_id", id);
     }
     let mut response = next(request).await;
