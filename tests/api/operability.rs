@@ -167,7 +167,7 @@ impl Drop for Logged {
 #[tokio::test]
 async fn json_logs_carry_the_request_id_and_an_injected_panic_is_a_500_the_server_survives() {
     let server = Logged::start(
-        &["--log-format", "json"],
+        &["--log-format", "json", "--access-log", "true"],
         &[("LANCET_FAULT_INJECTION", "1")],
     );
     let client = client_with_key(ADMIN_KEY);
@@ -251,6 +251,46 @@ async fn json_logs_carry_the_request_id_and_an_injected_panic_is_a_500_the_serve
         "{panic_line}"
     );
     assert_eq!(panic_line["level"], "ERROR");
+}
+
+/// Text lines as a file gets them: no colour codes, the request id once per line; a line per
+/// answered request only with `--access-log`, a failed one either way.
+#[tokio::test]
+async fn access_lines_only_when_asked_and_plain_text_in_a_file() {
+    let client = client_with_key(ADMIN_KEY);
+    let send = |server: &Logged, rid: &'static str, fault: bool| {
+        let mut request = client
+            .post(server.url("/v1/namespace/$/list"))
+            .header("x-request-id", rid)
+            .json(&json!({}));
+        if fault {
+            request = request.header("x-lancet-fault", "panic");
+        }
+        request.send()
+    };
+    let quiet = Logged::start(&[], &[("LANCET_FAULT_INJECTION", "1")]);
+    let loud = Logged::start(
+        &["--access-log", "true"],
+        &[("LANCET_FAULT_INJECTION", "1")],
+    );
+    for server in [&quiet, &loud] {
+        assert_eq!(send(server, "rid-ok-1", false).await.unwrap().status(), 200);
+        assert_eq!(send(server, "rid-fail-2", true).await.unwrap().status(), 500);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for (server, lines_per_ok) in [(&quiet, 0), (&loud, 1)] {
+        let lines = server.log_lines();
+        assert!(lines.iter().all(|l| !l.contains('\u{1b}')), "{lines:?}");
+        let of = |rid: &str| -> Vec<&String> { lines.iter().filter(|l| l.contains(rid)).collect() };
+        let ok = of("rid-ok-1");
+        assert_eq!(ok.len(), lines_per_ok, "{lines:?}");
+        assert!(ok.iter().all(|l| l.matches("rid-ok-1").count() == 1), "{ok:?}");
+        let failed = of("rid-fail-2");
+        assert!(
+            failed.iter().any(|l| l.contains("ERROR")),
+            "no error line of the failed request: {lines:?}"
+        );
+    }
 }
 
 async fn sleepy(handle: &Handle, ms: u64) -> reqwest::Response {
