@@ -52,7 +52,8 @@
 //! `--from-store`, on the dataset as Lancet's store holds it; `--from-store-once`, taken once),
 //! `--ab` (in-process, in-store and in-service in turn in this process; `support/ab.rs`),
 //! `--alternate ROUNDS [--variant ARGS]` (in-process, bare and Lancet on the serving CPU in turn,
-//! seconds apart; `support/alternate.rs`). `--data DIR` keeps (or reuses) the loaded table.
+//! seconds apart; `support/alternate.rs`). `--data DIR` keeps (or reuses) the loaded table;
+//! `--compact` compacts it there and stops.
 //! `--count-all` counts without a predicate (lance answers from the manifest), leaving the
 //! request path's own cost.
 //! The server binary is looked up beside the bench's own directory (`../lancet`).
@@ -642,6 +643,10 @@ async fn bench() {
     // clients (1 unless told) for S seconds, the server's pid printed first: for a profiler
     // attached to the server. `--clients 0` only keeps the server up (its address printed) for
     // a client of another kind.
+    // `--compact`: only compact the table (into `--data DIR`, for later runs), then stop.
+    if std::env::args().any(|a| a == "--compact") {
+        return loaded::compact(&http, &base).await;
+    }
     if let Some(read) = hold() {
         println!("server pid {} at {base}", served.child.id());
         let clients = arg("--clients", 1);
@@ -665,10 +670,7 @@ async fn bench() {
         // (its session, object-store wrappers and consistency check) rather than one opened
         // here: what Lancet's way of holding tables costs lance, without the request path.
         let store = match std::env::args().any(|a| a == "--in-store") {
-            true => Some(Arc::new((
-                app(dir.path()).await,
-                location.clone(),
-            ))),
+            true => Some(Arc::new((app(dir.path()).await, location.clone()))),
             false => None,
         };
         // `--served-here`: the loop over HTTP to the request service served from a thread of
@@ -783,15 +785,6 @@ async fn bench() {
         service: in_service(dir.path()).await,
     };
     measure(&setup, "fresh (40 fragments)", n, secs).await;
-    post(&http, &format!("{base}/v1/table/t/optimize"), json!({})).await;
-    let deadline = Instant::now() + Duration::from_secs(300);
-    loop {
-        let stats = post(&http, &format!("{base}/v1/table/t/stats"), json!({})).await;
-        if stats["fragment_stats"]["num_fragments"].as_u64() == Some(1) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "optimize did not compact");
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    loaded::compact(&http, &base).await;
     measure(&setup, "compacted", n, secs).await;
 }

@@ -275,7 +275,10 @@ async fn access_lines_only_when_asked_and_plain_text_in_a_file() {
     );
     for server in [&quiet, &loud] {
         assert_eq!(send(server, "rid-ok-1", false).await.unwrap().status(), 200);
-        assert_eq!(send(server, "rid-fail-2", true).await.unwrap().status(), 500);
+        assert_eq!(
+            send(server, "rid-fail-2", true).await.unwrap().status(),
+            500
+        );
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
     for (server, lines_per_ok) in [(&quiet, 0), (&loud, 1)] {
@@ -284,7 +287,10 @@ async fn access_lines_only_when_asked_and_plain_text_in_a_file() {
         let of = |rid: &str| -> Vec<&String> { lines.iter().filter(|l| l.contains(rid)).collect() };
         let ok = of("rid-ok-1");
         assert_eq!(ok.len(), lines_per_ok, "{lines:?}");
-        assert!(ok.iter().all(|l| l.matches("rid-ok-1").count() == 1), "{ok:?}");
+        assert!(
+            ok.iter().all(|l| l.matches("rid-ok-1").count() == 1),
+            "{ok:?}"
+        );
         let failed = of("rid-fail-2");
         assert!(
             failed.iter().any(|l| l.contains("ERROR")),

@@ -121,12 +121,11 @@ pub async fn run(read: Read, location: &str, data: &str, cpus: String, clients: 
             // A short unmeasured run first, so each window starts with the path's own caches.
             one_phase(read, path, clients, Duration::from_millis(250)).await;
             let p = one_phase(read, path, clients, phase).await;
-            let ratio = all[0].last().map_or(1.0, |base: &Phase| base.cpu_us / p.cpu_us);
+            let ratio = all[0]
+                .last()
+                .map_or(1.0, |base: &Phase| base.cpu_us / p.cpu_us);
             let ratio = if k == 0 { 1.0 } else { ratio };
-            line += &format!(
-                "  {name} {:.0} ({:.0}) {ratio:.3}",
-                p.cpu_us, p.wall_us
-            );
+            line += &format!("  {name} {:.0} ({:.0}) {ratio:.3}", p.cpu_us, p.wall_us);
             all[k].push(p);
         }
         println!("{line}");
@@ -287,7 +286,12 @@ async fn run_together(
             (pool() - pool_before) as f64 / 1e3 / calls.max(1) as f64
         );
         for (k, (name, _)) in paths.iter().enumerate() {
-            let p = phase(counters[k].load(Ordering::Relaxed), cpu(k) - before[k], wall, clients);
+            let p = phase(
+                counters[k].load(Ordering::Relaxed),
+                cpu(k) - before[k],
+                wall,
+                clients,
+            );
             line += &format!("  {name} {:.0} ({:.0})", p.cpu_us, p.wall_us);
             all[k].push(p);
         }
@@ -297,12 +301,13 @@ async fn run_together(
 }
 
 fn summary(paths: &[(String, Path)], all: &[Vec<Phase>]) {
-    println!("path: mean CPU µs/call, mean wall µs/call; in-process over path per round: mean \
-              [min, max]; wall minus in-process per round: mean ± sd");
+    println!(
+        "path: mean CPU µs/call, mean wall µs/call; in-process over path per round: mean \
+              [min, max]; wall minus in-process per round: mean ± sd"
+    );
     for (k, (name, _)) in paths.iter().enumerate() {
-        let mean = |f: &dyn Fn(usize) -> f64| {
-            (0..all[k].len()).map(f).sum::<f64>() / all[k].len() as f64
-        };
+        let mean =
+            |f: &dyn Fn(usize) -> f64| (0..all[k].len()).map(f).sum::<f64>() / all[k].len() as f64;
         let ratios: Vec<f64> = (0..all[k].len())
             .map(|r| all[0][r].cpu_us / all[k][r].cpu_us)
             .collect();

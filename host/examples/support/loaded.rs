@@ -69,3 +69,20 @@ async fn load(http: &reqwest::Client, base: &str, rows: usize) {
         crate::post(http, &format!("{base}/v1/table/t/create_index"), body).await;
     }
 }
+
+/// Lancet's `optimize` on `t`, waited for until the table is one fragment.
+pub async fn compact(http: &reqwest::Client, base: &str) {
+    crate::post(http, &format!("{base}/v1/table/t/optimize"), json!({})).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    loop {
+        let stats = crate::post(http, &format!("{base}/v1/table/t/stats"), json!({})).await;
+        if stats["fragment_stats"]["num_fragments"].as_u64() == Some(1) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "optimize did not compact"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+}

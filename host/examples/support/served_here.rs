@@ -125,7 +125,11 @@ pub fn cpu_ns_of(counted: impl Fn(&str) -> bool) -> u64 {
             continue;
         }
         let schedstat = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
-        if let Some(ns) = schedstat.split_whitespace().next().and_then(|f| f.parse::<u64>().ok()) {
+        if let Some(ns) = schedstat
+            .split_whitespace()
+            .next()
+            .and_then(|f| f.parse::<u64>().ok())
+        {
             total += ns;
             continue;
         }
