@@ -201,16 +201,20 @@ impl Read {
         self.rows(&bytes)
     }
 
-    /// The same read on lance in this process.
-    async fn in_process(self, ds: &Dataset, i: usize) -> usize {
-        let query = match self {
+    /// The `i`th call's read, as lance is asked for it.
+    fn query(self, i: usize) -> bare::Query {
+        match self {
             Read::Vector => bare::Query::Vector(query_vector(i)),
             Read::Fts => bare::Query::Fts(word(i)),
             Read::Count => {
                 bare::Query::Count((!count_all()).then(|| format!("category = {}", i % 10)))
             }
-        };
-        bare::run(ds, query).await.rows()
+        }
+    }
+
+    /// The same read on lance in this process.
+    async fn in_process(self, ds: &Dataset, i: usize) -> usize {
+        bare::run(ds, self.query(i)).await.rows()
     }
 }
 

@@ -62,7 +62,7 @@ pub async fn run(read: Read, location: &str, data: &str, stop: Instant) {
                     polled
                         .count(async {
                             let ds = app.store.read(location, &latest).await.unwrap();
-                            match spec(read, i) {
+                            match super::bare::spec(&read.query(i)) {
                                 Some(spec) => {
                                     use futures::TryStreamExt as _;
                                     let stream = spec.stream(&ds, &app.store.vectors).await;
@@ -161,32 +161,4 @@ async fn request(service: &lancet::http::Service, healthz: bool) {
     };
     let response = super::call_service(service, method, path, b"{}".to_vec()).await;
     assert!(response.status().is_success());
-}
-
-/// The query the bench's body for `read` asks for, as Lancet's query code takes it (`None`
-/// for a count, which is no query).
-fn spec(read: Read, i: usize) -> Option<lancet::store::QuerySpec> {
-    use lancet::store::{Projection, QuerySpec, VectorQuery};
-    let base = QuerySpec {
-        k: Some(10),
-        projection: Some(Projection::Names(vec!["id".into()])),
-        ..Default::default()
-    };
-    match read {
-        Read::Vector => Some(QuerySpec {
-            vector: Some(VectorQuery {
-                vectors: vec![super::query_vector(i)],
-                nprobes: Some(8),
-                ..Default::default()
-            }),
-            ..base
-        }),
-        Read::Fts => Some(QuerySpec {
-            fts: Some(lance_index::scalar::FullTextSearchQuery::new(super::word(
-                i,
-            ))),
-            ..base
-        }),
-        Read::Count => None,
-    }
 }

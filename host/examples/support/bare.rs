@@ -84,7 +84,7 @@ fn query(path: &str, body: &Value) -> Query {
 }
 
 /// A search as Lancet's query code takes it (`None` for a count).
-fn spec(query: &Query) -> Option<lancet::store::QuerySpec> {
+pub fn spec(query: &Query) -> Option<lancet::store::QuerySpec> {
     use lancet::store::{Projection, QuerySpec, VectorQuery};
     let base = QuerySpec {
         k: Some(10),
