@@ -27,14 +27,18 @@ run() { # DATA READ CLIENTS ARGS...
 compacted() { # a copy of the fresh table, compacted to one fragment by Lancet's optimize
   local dir=$cache/compacted
   [ -d "$dir" ] && return
+  rm -rf "$dir.tmp"
   cp -r "$cache/fresh" "$dir.tmp"
   taskset -c 0 "$bench" --data "$dir.tmp" --compact > /dev/null
   mv "$dir.tmp" "$dir"
 }
 
-# The first run loads the fresh table (about 25 s).
-[ -d "$cache/fresh" ] || taskset -c 0 "$bench" --data "$cache/fresh" --hold count --clients 0 \
-  --secs 0 > /dev/null
+# The first run loads the fresh table (about 25 s); a load cut short leaves only `.tmp`.
+if [ ! -d "$cache/fresh" ]; then
+  rm -rf "$cache/fresh.tmp" "$cache/compacted.tmp"
+  taskset -c 0 "$bench" --data "$cache/fresh.tmp" --hold count --clients 0 --secs 0 > /dev/null
+  mv "$cache/fresh.tmp" "$cache/fresh"
+fi
 for table in fresh compacted; do
   [ "$tables" = both ] || [ "$tables" = "$table" ] || continue
   [ "$table" = compacted ] && compacted
