@@ -92,6 +92,21 @@ pub async fn run(read: Read, location: &str, data: &str, cpus: String, clients: 
         };
         paths.push(("bare, Lancet's query".into(), served(&cpus, k, make)));
     }
+    // `--bare-staged`: bare from the store behind Lancet's request stages (`Pipeline`: metrics,
+    // admission, context, credential, tenant admission and run slot, panic guard) but not its
+    // router, extractors or handler: the stages' cost apart from the route's.
+    if std::env::args().any(|a| a == "--bare-staged") {
+        let (k, data, location) = (paths.len(), data.to_string(), location.to_string());
+        let make = move || async move {
+            use lancet::http::pipeline::{Pipeline, observe::RouteNames};
+            let app = crate::app(&data).await;
+            let bare = crate::bare::service_on(crate::bare::Source::Store(app.clone(), location));
+            let names = RouteNames::new(["/v1/table/{id}/query", "/v1/table/{id}/count_rows"]);
+            let staged = Pipeline::new(app, Arc::new(names), Duration::from_secs(30), bare);
+            tower::util::BoxCloneSyncService::new(staged)
+        };
+        paths.push(("bare in Lancet's stages".into(), served(&cpus, k, make)));
+    }
     // `--idle-us US`: in-process again, its thread asleep US µs before each call (the CPU idle,
     // as a server's is while its answer travels and the next request comes): what that idle
     // costs lance itself. Meant for one client (the sleep holds the runtime's thread).
