@@ -782,6 +782,11 @@ async fn bench() {
         println!("{calls} calls");
         return;
     }
+    // The whole bench compacts its table: a kept one would stay compacted for later runs.
+    assert!(
+        matches!(dir, loaded::Data::Fresh(_)),
+        "--data is for --hold runs and --compact: the whole bench compacts the table it loads"
+    );
     let setup = Setup {
         base: &base,
         location: &location,

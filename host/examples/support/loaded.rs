@@ -1,7 +1,8 @@
 //! The request bench's table: 100k rows (`--rows`) loaded through Lancet in 40 inserts (40
 //! fragments) with IVF_PQ on `vec`, FTS on `text` and BTREE on `category`; or, with
 //! `--data DIR` naming a directory an earlier run loaded, that table as it is (setting up
-//! takes ~25 s a run; many short runs of `--hold` then fit in a session).
+//! takes ~25 s a run; many short runs of `--hold` then fit in a session). A reused table is
+//! taken as it is: `--rows` only applies to the run that loads it.
 
 use serde_json::json;
 
