@@ -71,15 +71,15 @@ struct Counted(mimalloc::MiMalloc);
 
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 
-/// On only for `--hold` loops on one core (not `--served-here`): one counter written from
-/// threads on two cores would bounce its cache line between them on every allocation, a cost
-/// the server process does not have (the whole bench, unpinned, runs lance on two cores).
+/// On only for `--hold` loops on one core (not `--served-here`): one counter written from two
+/// cores bounces its cache line on every allocation (the whole bench runs lance on two cores).
 static COUNTING: AtomicBool = AtomicBool::new(false);
 
 fn counted() {
     if COUNTING.load(Ordering::Relaxed) {
         ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
     }
+    served_here::count_allocation();
 }
 
 // SAFETY: every call is passed to mimalloc unchanged; the counter is only a relaxed add.

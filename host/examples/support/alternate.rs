@@ -20,6 +20,9 @@ use lance::Dataset;
 use crate::Read;
 use crate::served_here;
 
+#[path = "stages.rs"]
+mod stages;
+
 /// One way of serving the read.
 enum Path {
     /// Lance on a dataset opened here, `clients` tasks on the serving CPU's runtime; each
@@ -40,6 +43,10 @@ struct Phase {
     calls: u64,
     cpu_us: f64,
     wall_us: f64,
+    /// Context switches of the path's own threads per call (lance's pool not counted).
+    switches: f64,
+    /// Allocations of the path's own threads per call (lance's pool not counted).
+    allocations: f64,
 }
 
 /// Runs the alternation and prints each round and the summary.
@@ -107,6 +114,13 @@ pub async fn run(read: Read, location: &str, data: &str, cpus: String, clients: 
         };
         paths.push(("bare in Lancet's stages".into(), served(&cpus, k, make)));
     }
+    // `--bare-stages LIST` (repeatable): bare behind only the named stages (`stages.rs`).
+    for (list, names) in stages::lists() {
+        let (k, data, location) = (paths.len(), data.to_string(), location.to_string());
+        let label = format!("bare + {list}");
+        let make = move || async move { stages::service(&data, location, &list, &names).await };
+        paths.push((label, served(&cpus, k, make)));
+    }
     // `--idle-us US`: in-process again, its thread asleep US µs before each call (the CPU idle,
     // as a server's is while its answer travels and the next request comes): what that idle
     // costs lance itself. Meant for one client (the sleep holds the runtime's thread).
@@ -134,8 +148,8 @@ pub async fn run(read: Read, location: &str, data: &str, cpus: String, clients: 
         let mut line = format!("round {round:>2}:");
         for (k, (name, path)) in paths.iter().enumerate() {
             // A short unmeasured run first, so each window starts with the path's own caches.
-            one_phase(read, path, clients, Duration::from_millis(250)).await;
-            let p = one_phase(read, path, clients, phase).await;
+            one_phase(read, path, k, clients, Duration::from_millis(250)).await;
+            let p = one_phase(read, path, k, clients, phase).await;
             let ratio = all[0]
                 .last()
                 .map_or(1.0, |base: &Phase| base.cpu_us / p.cpu_us);
@@ -242,16 +256,21 @@ fn spawn(
 }
 
 /// `clients` loops of the read on `path` for `secs`.
-async fn one_phase(read: Read, path: &Path, clients: usize, secs: Duration) -> Phase {
+async fn one_phase(read: Read, path: &Path, k: usize, clients: usize, secs: Duration) -> Phase {
     let calls = Arc::new(AtomicU64::new(0));
-    let cpu = served_here::cpu_ns();
+    let switches = || served_here::switches_of(|comm| comm == threads(k));
+    let (cpu, switched) = (served_here::cpu_ns(), switches());
+    let allocated = served_here::allocations_of(k);
     let started = Instant::now();
     for t in spawn(read, path, clients, started + secs, &calls) {
         t.await.unwrap();
     }
     let wall = started.elapsed();
     let cpu = served_here::cpu_ns() - cpu;
-    phase(calls.load(Ordering::Relaxed), cpu, wall, clients)
+    let mut p = phase(calls.load(Ordering::Relaxed), cpu, wall, clients);
+    p.switches = switches().saturating_sub(switched) as f64 / p.calls as f64;
+    p.allocations = (served_here::allocations_of(k) - allocated) as f64 / p.calls as f64;
+    p
 }
 
 fn phase(calls: u64, cpu_ns: u64, wall: Duration, clients: usize) -> Phase {
@@ -261,6 +280,8 @@ fn phase(calls: u64, cpu_ns: u64, wall: Duration, clients: usize) -> Phase {
         cpu_us: cpu_ns as f64 / 1e3 / n as f64,
         // Per client: the latency each client saw, on average.
         wall_us: wall.as_secs_f64() * 1e6 * clients as f64 / n as f64,
+        switches: 0.0,
+        allocations: 0.0,
     }
 }
 
@@ -318,7 +339,7 @@ async fn run_together(
 fn summary(paths: &[(String, Path)], all: &[Vec<Phase>]) {
     println!(
         "path: mean CPU µs/call, mean wall µs/call; in-process over path per round: mean \
-              [min, max]; wall minus in-process per round: mean ± sd"
+              [min, max]; wall minus in-process per round: mean ± sd; context switches and allocations per call"
     );
     for (k, (name, _)) in paths.iter().enumerate() {
         let mean =
@@ -334,11 +355,14 @@ fn summary(paths: &[(String, Path)], all: &[Vec<Phase>]) {
             / (diffs.len().max(2) - 1) as f64)
             .sqrt();
         println!(
-            "{name:<24} {:>6.0} {:>6.0}  {rm:.3} [{:.3}, {:.3}]  {dm:+.0} ± {sd:.0}  ({} calls)",
+            "{name:<24} {:>6.0} {:>6.0}  {rm:.3} [{:.3}, {:.3}]  {dm:+.0} ± {sd:.0}  {:.2} sw  \
+             {:.0} allocs  ({} calls)",
             mean(&|r| all[k][r].cpu_us),
             mean(&|r| all[k][r].wall_us),
             ratios.iter().copied().fold(f64::INFINITY, f64::min),
             ratios.iter().copied().fold(0.0, f64::max),
+            mean(&|r| all[k][r].switches),
+            mean(&|r| all[k][r].allocations),
             all[k].iter().map(|p| p.calls).sum::<u64>(),
         );
     }

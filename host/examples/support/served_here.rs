@@ -3,7 +3,9 @@
 //! them, without the separate process. Against the `lancet` binary it names what the second
 //! process costs; against the in-service loop, what the socket and hyper cost.
 
+use std::cell::Cell;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 
 /// The name of the threads serving, so their CPU time can be told from the clients'.
@@ -62,6 +64,43 @@ pub fn runtime(cpus: String, name: &str) -> tokio::runtime::Handle {
     rx.recv().unwrap()
 }
 
+/// Allocations made by the threads of each path `served-here-K` (index K), all of which run
+/// on the serving CPU, so the counters never bounce between cores. The clients, on another
+/// CPU, are not counted: a path's figure is its own.
+static PATH_ALLOCATIONS: [AtomicU64; 32] = [const { AtomicU64::new(0) }; 32];
+
+thread_local! {
+    /// This thread's path index plus one (0: not a serving thread).
+    static PATH: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Counts one allocation against this thread's path, if it serves one.
+pub fn count_allocation() {
+    let path = PATH.with(Cell::get);
+    if path > 0 {
+        PATH_ALLOCATIONS[path - 1].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Allocations the threads of path `k` have made.
+#[allow(dead_code)]
+pub fn allocations_of(k: usize) -> u64 {
+    PATH_ALLOCATIONS
+        .get(k)
+        .map_or(0, |c| c.load(Ordering::Relaxed))
+}
+
+/// Marks this thread as serving the path its name ends with (`served-here-K`).
+fn count_as(name: &str) {
+    let k = name
+        .rsplit('-')
+        .next()
+        .and_then(|k| k.parse::<usize>().ok());
+    if let Some(k) = k.filter(|k| *k < PATH_ALLOCATIONS.len()) {
+        PATH.with(|p| p.set(k + 1));
+    }
+}
+
 /// Moves this thread to `cpus`, then builds a runtime there, its threads named `name` (and
 /// logging through this thread's subscriber with `logged`).
 fn pinned(cpus: &str, name: &str, logged: bool) -> tokio::runtime::Runtime {
@@ -74,11 +113,16 @@ fn pinned(cpus: &str, name: &str, logged: bool) -> tokio::runtime::Runtime {
         .expect("taskset (util-linux) runs");
     assert!(status.success(), "taskset -cp {cpus} {tid}: {status}");
     let mut builder = tokio::runtime::Builder::new_multi_thread();
-    if logged {
-        let logs = tracing::dispatcher::get_default(|d| d.clone());
+    let logs = logged.then(|| tracing::dispatcher::get_default(|d| d.clone()));
+    let counted_as = name.to_string();
+    count_as(name);
+    builder.on_thread_start(move || {
+        count_as(&counted_as);
         // Every thread of the runtime logs as this one: the guard lives as long as the thread.
-        builder.on_thread_start(move || std::mem::forget(tracing::dispatcher::set_default(&logs)));
-    }
+        if let Some(logs) = &logs {
+            std::mem::forget(tracing::dispatcher::set_default(logs));
+        }
+    });
     builder.enable_all().thread_name(name).build().unwrap()
 }
 
@@ -143,6 +187,29 @@ pub fn cpu_ns_of(counted: impl Fn(&str) -> bool) -> u64 {
         // SAFETY: sysconf only reads its argument.
         let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
         total += ticks * 1_000_000_000 / hz;
+    }
+    total
+}
+
+/// Context switches (voluntary and not) of the threads of this process whose name passes
+/// `counted`: each park and wake-up of a serving thread is one, so their count per call says
+/// how often a path's threads hand the CPU over, a figure free of the machine's noise.
+pub fn switches_of(counted: impl Fn(&str) -> bool) -> u64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    let mut total = 0;
+    for task in tasks.flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !counted(comm.trim_end()) {
+            continue;
+        }
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        total += status
+            .lines()
+            .filter(|l| l.contains("ctxt_switches:"))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum::<u64>();
     }
     total
 }
