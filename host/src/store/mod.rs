@@ -12,6 +12,7 @@ pub mod blobs;
 mod branch_merge;
 mod columns;
 mod flat_search;
+mod fts_take;
 mod history;
 mod indexes;
 mod lineage;

@@ -13,8 +13,8 @@ use lance::io::RecordBatchStream;
 use lance_index::scalar::FullTextSearchQuery;
 use lance_linalg::distance::DistanceType;
 
-use super::flat_search;
 use super::vector_cache::VectorCache;
+use super::{flat_search, fts_take};
 use crate::error::{ApiError, ApiResult};
 
 #[derive(Debug, Clone, Default)]
@@ -139,8 +139,12 @@ impl QuerySpec {
     }
 
     /// The answer as a stream of batches. A flat vector search is answered from `vectors`
-    /// when it can be (see `flat_search`); everything else by lance's scanner.
+    /// when it can be (see `flat_search`), a top-k full-text search by lance's search and a
+    /// take of its rows (see `fts_take`); everything else by lance's scanner.
     pub async fn stream(&self, ds: &Arc<Dataset>, vectors: &VectorCache) -> ApiResult<QueryStream> {
+        if let Some(batch) = fts_take::search(ds, self).await? {
+            return Ok(QueryStream::Ready(batch.schema(), Some(batch)));
+        }
         let scan = self.scanner(ds)?;
         if let Some(v) = &self.vector
             && vectors.enabled()
