@@ -132,7 +132,11 @@ impl Store {
                     Some(rows.values.clone()),
                     super::Purpose::Use,
                 )
-                .await?;
+                .await;
+            let writer = match writer {
+                Ok(writer) => writer,
+                Err(e) => return Err(self.failed_in_spec_change(location, ds, installed, e).await),
+            };
             let result = if tombstones {
                 writer.delete(rows.batches.clone()).await
             } else {
@@ -150,7 +154,10 @@ impl Store {
                         "shard {shard} holds as many unflushed rows as it may: retry shortly ({e})"
                     )));
                 }
-                Err(e) => return Err(ApiError::from(e)),
+                Err(e) => {
+                    let e = ApiError::from(e);
+                    return Err(self.failed_in_spec_change(location, ds, installed, e).await);
+                }
             }
         }
         Err(ApiError::unavailable(format!(
@@ -158,6 +165,40 @@ impl Store {
              acknowledged; retry): {}",
             last.map(|e| e.to_string()).unwrap_or_default()
         )))
+    }
+}
+
+impl Store {
+    /// `e` as the client is told it. A write that failed while another node unset or replaced
+    /// the table's LSM spec (sealing and removing the shards this one was writing to: a shard
+    /// manifest gone between its listing and its read) is a 503: nothing of it was
+    /// acknowledged, and the retry meets the new spec. Other failures stay as they are.
+    async fn failed_in_spec_change(
+        &self,
+        location: &str,
+        ds: &Dataset,
+        installed: &Installed,
+        e: ApiError,
+    ) -> ApiError {
+        if !e.status.is_server_error() || e.code == lance_namespace::ErrorCode::ServiceUnavailable {
+            return e;
+        }
+        let unsetting = self.lsm_unsetting(ds).await.unwrap_or(false);
+        let replaced = match self.latest(location, None).await {
+            Ok(now) => self.lsm_installed(&now).await.is_ok_and(|current| {
+                current.as_ref().map(Installed::seed) != Some(installed.seed())
+            }),
+            Err(_) => false,
+        };
+        if !(unsetting || replaced) {
+            return e;
+        }
+        tracing::info!(%location, error = %e.message, "an LSM write failed while the table's spec changed");
+        ApiError::unavailable(format!(
+            "the table's LSM write spec changed during this write: nothing of it is \
+             acknowledged; retry ({})",
+            e.message
+        ))
     }
 }
 
