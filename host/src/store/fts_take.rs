@@ -85,13 +85,17 @@ pub async fn search(ds: &Arc<Dataset>, spec: &QuerySpec) -> ApiResult<Option<Rec
     Ok(Some(batch))
 }
 
+/// The largest `k` answered here: the take answers one batch, held whole, where lance's plan
+/// streams a large answer batch by batch.
+const MAX_K: usize = 10_000;
+
 /// The top-level columns the answer holds, if `spec` is a plain top-k full-text search.
 fn eligible(ds: &Dataset, spec: &QuerySpec) -> Option<Vec<String>> {
     if spec.fts.is_none()
         || spec.vector.is_some()
         || spec.filter.is_some()
         || spec.offset.is_some_and(|o| o > 0)
-        || spec.k.is_none()
+        || spec.k.is_none_or(|k| k > MAX_K)
     {
         return None;
     }
@@ -135,11 +139,16 @@ mod tests {
         ]))
     }
 
-    /// Rows whose text repeats words unevenly, so scores differ; every 9th text is null.
+    /// Rows whose text repeats common words (many rows score alike), every 60th row (from 7)
+    /// the rare word "zircon" as many times as its place among them (each scores apart); every
+    /// 9th text is null.
     fn batch(start: i64, n: usize) -> RecordBatch {
         let ids = Int64Array::from_iter_values(start..start + n as i64);
         let texts = StringArray::from_iter((start..start + n as i64).map(|i| {
             let i = i as usize;
+            if i % 60 == 7 {
+                return Some(format!("{} item {i}", "zircon ".repeat(i / 60 + 1)));
+            }
             (i % 9 != 4).then(|| {
                 let w = |k: usize| WORDS[(i * 7 + k * 13) % WORDS.len()];
                 format!("{} {} {} {} item {i}", w(0), w(1), w(0), w(2))
@@ -177,15 +186,64 @@ mod tests {
         arrow_select::concat::concat_batches(&schema, &batches).unwrap()
     }
 
-    /// This module's answer equals lance's, schema and values; answers its row count.
+    /// This module's answer equals lance's, schema and values; answers its row count. For
+    /// queries whose scores all differ (lance's order among equal scores varies run to run).
     async fn same_as_lance(ds: &Arc<Dataset>, spec: &QuerySpec) -> usize {
         let ours = search(ds, spec)
             .await
             .unwrap()
             .expect("a plain full-text search");
         let theirs = lances(ds, spec).await;
+        let scores = theirs
+            .column_by_name(SCORE_COL)
+            .unwrap()
+            .as_primitive::<arrow_array::types::Float32Type>();
+        let mut distinct: Vec<f32> = scores.values().to_vec();
+        distinct.dedup();
+        assert_eq!(distinct.len(), scores.len(), "scores tie in {theirs:?}");
         assert_eq!(ours.schema(), theirs.schema(), "schema of {spec:?}");
         assert_eq!(ours, theirs, "answer to {spec:?}");
+        ours.num_rows()
+    }
+
+    /// Where scores tie, lance picks and orders the tied rows as its search runs: the answer
+    /// has lance's schema and scores, best first, and each row's columns are that row's.
+    async fn like_lance(ds: &Arc<Dataset>, spec: &QuerySpec, table: &RecordBatch) -> usize {
+        let ours = search(ds, spec)
+            .await
+            .unwrap()
+            .expect("a plain full-text search");
+        let theirs = lances(ds, spec).await;
+        assert_eq!(ours.schema(), theirs.schema(), "schema of {spec:?}");
+        let scores = |b: &RecordBatch| {
+            b.column_by_name(SCORE_COL)
+                .unwrap()
+                .as_primitive::<arrow_array::types::Float32Type>()
+                .values()
+                .to_vec()
+        };
+        let ours_scores = scores(&ours);
+        assert!(ours_scores.windows(2).all(|w| w[0] >= w[1]), "best first");
+        assert_eq!(ours_scores, scores(&theirs), "scores of {spec:?}");
+        let table_ids = table
+            .column_by_name("id")
+            .unwrap()
+            .as_primitive::<arrow_array::types::Int64Type>();
+        let at = |id: i64| table_ids.values().iter().position(|t| *t == id).unwrap();
+        if let Some(ids) = ours.column_by_name("id") {
+            let ids = ids.as_primitive::<arrow_array::types::Int64Type>();
+            for (row, id) in ids.values().iter().enumerate() {
+                for field in ours.schema().fields() {
+                    let name = field.name();
+                    if name == SCORE_COL || name == ROW_ID {
+                        continue;
+                    }
+                    let ours = ours.column_by_name(name).unwrap().slice(row, 1);
+                    let table = table.column_by_name(name).unwrap().slice(at(*id), 1);
+                    assert_eq!(&ours, &table, "{name} of row {id} in {spec:?}");
+                }
+            }
+        }
         ours.num_rows()
     }
 
@@ -210,13 +268,30 @@ mod tests {
         let ds = Arc::new(ds);
         assert!(ds.get_fragments().len() > 4);
         let names = |n: &[&str]| Some(Projection::Names(n.iter().map(|s| s.to_string()).collect()));
-        let fuzzy = FullTextSearchQuery::new_fuzzy("ambar".into(), Some(1));
+        let table = lances(
+            &ds,
+            &QuerySpec {
+                projection: Some(Projection::Names(vec![
+                    "id".into(),
+                    "text".into(),
+                    "n".into(),
+                ])),
+                ..Default::default()
+            },
+        )
+        .await;
+        let projections = [
+            None,
+            names(&["id"]),
+            names(&["text", "id"]),
+            names(&["id", "n"]),
+        ];
+        // Distinct scores: the very answer lance gives.
         for query in [
-            FullTextSearchQuery::new("amber".into()),
-            FullTextSearchQuery::new("birch ember".into()),
-            fuzzy,
+            FullTextSearchQuery::new("zircon".into()),
+            FullTextSearchQuery::new_fuzzy("zirkon".into(), Some(1)),
         ] {
-            for projection in [None, names(&["id"]), names(&["text", "id"]), names(&["n"])] {
+            for projection in &projections {
                 for k in [1, 10, 250] {
                     let spec = fts(query.clone(), k, projection.clone());
                     assert!(same_as_lance(&ds, &spec).await > 0, "{spec:?}");
@@ -232,6 +307,23 @@ mod tests {
                 ..fts(query.clone(), 20, names(&["id"]))
             };
             same_as_lance(&ds, &fast).await;
+        }
+        // Common words, many rows scoring alike.
+        for query in [
+            FullTextSearchQuery::new("amber".into()),
+            FullTextSearchQuery::new("birch ember".into()),
+        ] {
+            for projection in &projections {
+                for k in [1, 10, 250] {
+                    let spec = fts(query.clone(), k, projection.clone());
+                    assert!(like_lance(&ds, &spec, &table).await > 0, "{spec:?}");
+                }
+            }
+            let with_row_id = QuerySpec {
+                with_row_id: true,
+                ..fts(query.clone(), 10, names(&["id"]))
+            };
+            like_lance(&ds, &with_row_id, &table).await;
         }
         // No match at all.
         let none = fts(FullTextSearchQuery::new("zebra".into()), 10, names(&["id"]));
@@ -259,6 +351,7 @@ mod tests {
                 offset: Some(2),
                 ..fts(word().unwrap(), 10, None)
             },
+            fts(word().unwrap(), MAX_K + 1, None),
             fts(word().unwrap(), 10, names(&["id", "id"])),
             fts(word().unwrap(), 10, names(&["_rowid"])),
             fts(word().unwrap(), 10, names(&["missing"])),
