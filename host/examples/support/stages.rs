@@ -1,7 +1,8 @@
 //! `--bare-stages LIST` (repeatable): bare from the store behind only the named ones of
 //! Lancet's request stages, so one run can add them one at a time and show what each costs
 //! (`--bare-staged` puts them all around bare at once). LIST is comma-separated, from
-//! `outer` (the tower-http layers: trailing slash, request id, span), `metrics`, `errors`
+//! `outer` (the tower-http layers: trailing slash, request id, span; or one of them:
+//! `normalize`, `request-id` (set and propagated), `trace`), `metrics`, `errors`
 //! (error rendering and the version header), `admit` (whole-server admission), `context`,
 //! `auth` (the credential and the tenant's catalog), `tenant` (the tenant's in-flight bound
 //! and its run slot; needs `auth`, without which no tenant is known) and `caught` (the panic
@@ -21,6 +22,9 @@ use tower::ServiceExt;
 const ALL: [&str; 8] = [
     "outer", "metrics", "errors", "admit", "context", "auth", "tenant", "caught",
 ];
+
+/// The parts of `outer`, each also a stage of its own.
+const OUTER: [&str; 3] = ["normalize", "request-id", "trace"];
 
 /// Which stages are on.
 #[derive(Clone, Copy, Default)]
@@ -47,6 +51,7 @@ pub fn lists() -> Vec<(String, Vec<&'static str>)> {
                     "all" => ALL.to_vec(),
                     _ => vec![
                         *ALL.iter()
+                            .chain(&OUTER)
                             .find(|known| **known == name)
                             .unwrap_or_else(|| panic!("unknown stage {name}; known: {ALL:?}")),
                     ],
@@ -88,27 +93,52 @@ pub async fn service(
         on: stages,
         inner: bare,
     };
-    if !on("outer") {
-        return lancet::http::Service::new(staged);
+    use tower::ServiceExt as _;
+    use tower_http::normalize_path::NormalizePathLayer;
+    use tower_http::request_id::{PropagateRequestIdLayer, SetRequestIdLayer};
+    let trace = || {
+        tower_http::trace::TraceLayer::new_for_http()
+            .make_span_with(observe::request_span)
+            .on_request(())
+            .on_response(tower_http::trace::DefaultOnResponse::new().level(tracing::Level::DEBUG))
+    };
+    let builder = tower::ServiceBuilder::new;
+    if on("outer") {
+        // As `lancet::http::service` puts them around the stages.
+        let stack = builder()
+            .layer(NormalizePathLayer::trim_trailing_slash())
+            .layer(SetRequestIdLayer::x_request_id(observe::MakeRequestId))
+            .layer(trace())
+            .layer(PropagateRequestIdLayer::x_request_id())
+            .service(staged)
+            .map_response(IntoResponse::into_response);
+        return lancet::http::Service::new(stack);
     }
-    // As `lancet::http::service` puts them around the stages.
-    let stack = tower::ServiceBuilder::new()
-        .layer(tower_http::normalize_path::NormalizePathLayer::trim_trailing_slash())
-        .layer(tower_http::request_id::SetRequestIdLayer::x_request_id(
-            observe::MakeRequestId,
-        ))
-        .layer(
-            tower_http::trace::TraceLayer::new_for_http()
-                .make_span_with(observe::request_span)
-                .on_request(())
-                .on_response(
-                    tower_http::trace::DefaultOnResponse::new().level(tracing::Level::DEBUG),
-                ),
-        )
-        .layer(tower_http::request_id::PropagateRequestIdLayer::x_request_id())
-        .service(staged)
-        .map_response(IntoResponse::into_response);
-    lancet::http::Service::new(stack)
+    let mut service = lancet::http::Service::new(staged);
+    if on("normalize") {
+        service = lancet::http::Service::new(
+            builder()
+                .layer(NormalizePathLayer::trim_trailing_slash())
+                .service(service),
+        );
+    }
+    if on("request-id") {
+        service = lancet::http::Service::new(
+            builder()
+                .layer(SetRequestIdLayer::x_request_id(observe::MakeRequestId))
+                .layer(PropagateRequestIdLayer::x_request_id())
+                .service(service),
+        );
+    }
+    if on("trace") {
+        service = lancet::http::Service::new(
+            builder()
+                .layer(trace())
+                .service(service)
+                .map_response(IntoResponse::into_response),
+        );
+    }
+    service
 }
 
 #[derive(Clone)]
