@@ -55,6 +55,10 @@ pub async fn run(read: Read, location: &str, data: &str, cpus: String, clients: 
     let phase = Duration::from_secs_f64(crate::arg("--phase-secs", 2) as f64);
     let ds = Arc::new(Dataset::open(location).await.unwrap());
     let together = std::env::args().any(|a| a == "--together");
+    // `--allocs`: allocations per call of each path (costs every path an atomic add each).
+    if std::env::args().any(|a| a == "--allocs") {
+        served_here::count_paths();
+    }
     let mut paths = vec![
         (
             "in-process".to_string(),
@@ -339,7 +343,8 @@ async fn run_together(
 fn summary(paths: &[(String, Path)], all: &[Vec<Phase>]) {
     println!(
         "path: mean CPU µs/call, mean wall µs/call; in-process over path per round: mean \
-              [min, max]; wall minus in-process per round: mean ± sd; context switches and allocations per call"
+              [min, max]; wall minus in-process per round: mean ± sd; context switches (and with --allocs \
+         allocations) per call"
     );
     for (k, (name, _)) in paths.iter().enumerate() {
         let mean =
@@ -354,15 +359,18 @@ fn summary(paths: &[(String, Path)], all: &[Vec<Phase>]) {
         let sd = (diffs.iter().map(|d| (d - dm).powi(2)).sum::<f64>()
             / (diffs.len().max(2) - 1) as f64)
             .sqrt();
+        let allocations = match std::env::args().any(|a| a == "--allocs") {
+            true => format!("{:.0} allocs  ", mean(&|r| all[k][r].allocations)),
+            false => String::new(),
+        };
         println!(
             "{name:<24} {:>6.0} {:>6.0}  {rm:.3} [{:.3}, {:.3}]  {dm:+.0} ± {sd:.0}  {:.2} sw  \
-             {:.0} allocs  ({} calls)",
+             {allocations}({} calls)",
             mean(&|r| all[k][r].cpu_us),
             mean(&|r| all[k][r].wall_us),
             ratios.iter().copied().fold(f64::INFINITY, f64::min),
             ratios.iter().copied().fold(0.0, f64::max),
             mean(&|r| all[k][r].switches),
-            mean(&|r| all[k][r].allocations),
             all[k].iter().map(|p| p.calls).sum::<u64>(),
         );
     }
