@@ -420,6 +420,6 @@ pub async fn count_rows(
         let count = app.store.lsm_read(&location, &spec).await?.count().await?;
         return Ok(Json(count).into_response());
     }
-    let count = ds.count_rows(predicate).await.map_err(ApiError::from)?;
-    Ok(Json(count as u64).into_response())
+    let count = crate::store::count_rows(&ds, predicate).await?;
+    Ok(Json(count).into_response())
 }
