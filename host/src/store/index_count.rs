@@ -161,7 +161,7 @@ mod tests {
                 continue;
             }
             for (k, l) in ["x", "y", "z"].iter().enumerate() {
-                if (i as usize + k) % 3 != 0 {
+                if !(i as usize + k).is_multiple_of(3) {
                     labels.values().append_value(l);
                 }
             }
