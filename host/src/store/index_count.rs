@@ -15,8 +15,9 @@
 //! - the index answers the whole predicate, with no recheck and no residual filter;
 //! - every fragment of the table is covered by every index the predicate uses, and the
 //!   manifest knows each fragment's row count;
-//! - the table has no stable row ids (the index answers row addresses) and no data overlay
-//!   files (rows an overlay changed after the index was built would need a recheck);
+//! - the table has no stable row ids (the index answers row addresses), no data overlay
+//!   files (rows an overlay changed after the index was built would need a recheck) and no
+//!   fragment reuse index (a compaction whose index remapping was deferred);
 //! - the search's answer is exact.
 //!
 //! Any error on the way is also left to lance, which then reports it as it would.
@@ -56,6 +57,9 @@ pub async fn from_index(ds: &Dataset, predicate: &str) -> Option<u64> {
             .iter()
             .any(|f| f.physical_rows.is_none() || !f.overlays.is_empty())
     {
+        return None;
+    }
+    if ds.frag_reuse_index_uuid().await.is_some() {
         return None;
     }
     // A predicate that is not a boolean never plans into an index search: lance reports it.
@@ -288,7 +292,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn leaves_unindexed_fragments_and_stable_row_ids_to_lance() {
+    async fn leaves_unindexed_fragments_remaps_and_stable_row_ids_to_lance() {
         let dir = tempfile::tempdir().unwrap();
         // Rows appended after the indexes were built: lance scans those.
         let uri = dir.path().join("a.lance").to_string_lossy().to_string();
@@ -297,6 +301,25 @@ mod tests {
         let mut ds = write(&uri, batch(900, 400), WriteMode::Append, false).await;
         ds.delete("id % 5 = 1").await.unwrap();
         for p in INDEXED {
+            assert_eq!(from_index(&ds, p).await, None, "left to lance: {p}");
+            same_as_lance(&ds, p).await;
+        }
+        // A compaction that deferred remapping the indexes: lance remaps through its fragment
+        // reuse index.
+        let uri = dir.path().join("r.lance").to_string_lossy().to_string();
+        write(&uri, batch(0, 900), WriteMode::Create, false).await;
+        let mut ds = write(&uri, batch(900, 300), WriteMode::Append, false).await;
+        index(&mut ds).await;
+        ds.delete("id % 5 = 1").await.unwrap();
+        let options = lance::dataset::optimize::CompactionOptions {
+            defer_index_remap: true,
+            ..Default::default()
+        };
+        lance::dataset::optimize::compact_files(&mut ds, options, None)
+            .await
+            .unwrap();
+        assert!(ds.frag_reuse_index_uuid().await.is_some());
+        for p in INDEXED.iter().take(6) {
             assert_eq!(from_index(&ds, p).await, None, "left to lance: {p}");
             same_as_lance(&ds, p).await;
         }
