@@ -89,10 +89,12 @@ pub async fn from_index(ds: &Dataset, predicate: &str) -> Option<u64> {
     if !answer.is_exact() {
         return None;
     }
-    let mut deletions = Vec::new();
-    for fragment in ds.get_fragments() {
-        deletions.push(fragment.get_deletion_vector().await.ok()?);
-    }
+    // Read (or found in lance's cache) together, as lance's own count reads them.
+    let fragments = ds.get_fragments();
+    let deletions =
+        futures::future::try_join_all(fragments.iter().map(|f| f.get_deletion_vector()))
+            .await
+            .ok()?;
     count_selected(ds, &answer.lower, &deletions)
 }
 
