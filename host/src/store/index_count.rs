@@ -49,7 +49,7 @@ pub async fn count_rows(ds: &Dataset, predicate: Option<String>) -> ApiResult<u6
 
 /// The count from the indexes alone, or None when this module does not answer it (see the
 /// module docs).
-pub async fn from_index(ds: &Dataset, predicate: &str) -> Option<u64> {
+async fn from_index(ds: &Dataset, predicate: &str) -> Option<u64> {
     let manifest = ds.manifest();
     if manifest.uses_stable_row_ids()
         || ds
@@ -81,7 +81,7 @@ pub async fn from_index(ds: &Dataset, predicate: &str) -> Option<u64> {
     if ds
         .fragments()
         .iter()
-        .any(|f| !covered.contains(f.id as u32))
+        .any(|f| u32::try_from(f.id).map_or(true, |id| !covered.contains(id)))
     {
         return None;
     }
