@@ -221,6 +221,18 @@ fn scraped(app: &App) -> Registry {
          server (jobs, auth, UDF modules, functions, secrets); file-system calls on a local root",
         object_requests,
     );
+    let local_reads = app.store.local_reads.stats();
+    r.register(
+        "local_reads_inline",
+        "Reads of local tables' files the page cache held, done on the asking thread",
+        ConstCounter::new(local_reads.inline),
+    );
+    r.register(
+        "local_reads_pooled",
+        "Reads of local tables' files by unfiltered queries passed to the blocking pool \
+         (not cached, or large)",
+        ConstCounter::new(local_reads.pooled),
+    );
     if let Some(cache) = &app.object_cache {
         let stats = cache.stats();
         r.register(

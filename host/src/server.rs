@@ -85,7 +85,8 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
             .filter(|d| !d.is_empty()),
         store: {
             let store = Store::new(session, config.vector_cache_mb << 20, storage_options)
-                .with_read_consistency(read_consistency);
+                .with_read_consistency(read_consistency)
+                .with_inline_local_reads(config.inline_local_reads);
             // A WAL entry on an object store is a billed, rate-limited PUT: gather longer.
             let local = !root_uri.contains("://") || root_uri.starts_with("file://");
             store.lsm.set_wal_flush_interval(

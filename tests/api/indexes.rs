@@ -348,3 +348,72 @@ async fn counts_through_a_scalar_index_match_the_rows() {
     );
     assert_eq!(s.count("cx", json!({})).await, live(&mut (0..300)) + 10);
 }
+
+/// Unfiltered searches of a local table read the page-cached bytes of its files in place
+/// (`--inline-local-reads`, on by default): the same rows, ids, texts and order as with it off.
+#[tokio::test]
+async fn searches_read_cached_table_files_in_place_and_answer_the_same() {
+    use crate::operability::{metric, scrape};
+    let s = Server::start_with(
+        tempfile::tempdir().unwrap(),
+        &[("LANCET_INLINE_LOCAL_READS", "false")],
+    )
+    .await;
+    s.create_table("lr", 300).await;
+    s.ok("/v1/table/lr/create_index", json!({"column": "vec", "index_type": "IVF_FLAT", "name": "vec_idx", "num_partitions": 2, "distance_type": "l2"})).await;
+    s.ok(
+        "/v1/table/lr/create_index",
+        json!({"column": "text", "index_type": "INVERTED", "name": "text_idx"}),
+    )
+    .await;
+    // Rows the indexes have not seen, and deleted rows.
+    s.post_arrow("/v1/table/lr/insert", &sample(300, 10)).await;
+    s.ok("/v1/table/lr/delete", json!({"predicate": "id % 7 = 0"}))
+        .await;
+    let searches = [
+        (
+            json!({"vector": [305.0, 0.0, 1.0, 2.0], "k": 2, "nprobes": 2, "columns": ["id", "text"]}),
+            vec![305, 304],
+        ),
+        (
+            json!({"vector": [14.0, 0.0, 1.0, 2.0], "k": 1, "nprobes": 2, "columns": ["id", "text"]}),
+            vec![13],
+        ),
+        (
+            json!({"full_text_query": {"string_query": {"query": "43"}}, "k": 10, "columns": ["id", "text"]}),
+            vec![43],
+        ),
+        (
+            json!({"full_text_query": {"string_query": {"query": "305"}}, "k": 10, "columns": ["id", "text"]}),
+            vec![305],
+        ),
+        (
+            json!({"full_text_query": {"string_query": {"query": "14"}}, "k": 10, "columns": ["id", "text"]}),
+            vec![],
+        ),
+        (
+            json!({"filter": "id >= 298", "columns": ["id", "text"]}),
+            vec![298, 299, 300, 302, 303, 304, 305, 306, 307, 309],
+        ),
+    ];
+    let searches = &searches;
+    let answers = |s: Server| async move {
+        let mut out = Vec::new();
+        for (body, want) in searches {
+            let rows = s.query("lr", body.clone()).await;
+            assert_eq!(&ids(&rows), want, "{body}");
+            let texts = strings(&rows, "text");
+            let want_texts: Vec<_> = want.iter().map(|i| Some(format!("row {i}"))).collect();
+            assert_eq!(texts, want_texts, "{body}");
+            out.push(rows);
+        }
+        let text = scrape(&s).await;
+        let inline = metric(&text, "lancet_local_reads_inline_total").unwrap();
+        (s, out, inline)
+    };
+    let (s, off, inline) = answers(s).await;
+    assert_eq!(inline, 0.0, "nothing read in place with the knob off");
+    let (_s, on, inline) = answers(s.restart().await).await;
+    assert!(inline >= 4.0, "searches read in place: {inline}");
+    assert_eq!(off, on);
+}

@@ -65,7 +65,7 @@ pub async fn run(read: Read, location: &str, data: &str, stop: Instant) {
                             match super::bare::spec(&read.query(i)) {
                                 Some(spec) => {
                                     use futures::TryStreamExt as _;
-                                    let stream = spec.stream(&ds, &app.store.vectors).await;
+                                    let stream = spec.stream(&ds, &app.store).await;
                                     let stream = stream.unwrap();
                                     let schema = stream.schema();
                                     let batches: Vec<arrow_array::RecordBatch> =

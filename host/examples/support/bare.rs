@@ -162,7 +162,7 @@ pub fn service_with(source: Source, lancet_query: bool) -> lancet::http::Service
                 let query = query(&path, &body);
                 let answer = match (&*source, spec(&query)) {
                     (Source::Store(app, _), Some(spec)) if lancet_query => {
-                        let stream = spec.stream(&ds, &app.store.vectors).await.unwrap();
+                        let stream = spec.stream(&ds, &app.store).await.unwrap();
                         let schema = stream.schema();
                         Answer::Rows(schema, stream.try_collect().await.unwrap())
                     }

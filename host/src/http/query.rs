@@ -111,7 +111,7 @@ async fn answer(
             let read = app.store.lsm_read(&location, &spec).await?;
             crate::store::QueryStream::Lsm(read.stream().await?)
         }
-        None => spec.stream(&ds, &app.store.vectors).await?,
+        None => spec.stream(&ds, &app.store).await?,
     };
     let schema = stream.schema();
     if super::json_rows::wants_json(&headers) {

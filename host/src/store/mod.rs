@@ -17,6 +17,7 @@ mod history;
 mod index_count;
 mod indexes;
 mod lineage;
+mod local_reads;
 pub mod lsm;
 mod prewarm;
 mod query;
@@ -32,6 +33,7 @@ pub use columns::*;
 pub use history::*;
 pub use index_count::count_rows;
 pub use indexes::*;
+pub use local_reads::{LocalReadStats, LocalReads};
 pub use query::*;
 pub use upkeep::*;
 pub use vector_cache::VectorCache;
@@ -63,6 +65,8 @@ pub struct Store {
     storage_options: HashMap<String, String>,
     /// Shard writers of LSM tables held by this process.
     pub lsm: lsm::Writers,
+    /// Unfiltered queries of local tables read what the page cache holds in place.
+    pub local_reads: LocalReads,
 }
 
 struct Cached {
@@ -121,6 +125,7 @@ impl Store {
             read_consistency: Duration::ZERO,
             write_locks: Mutex::default(),
             vectors: VectorCache::new(vector_cache_bytes),
+            local_reads: LocalReads::new(crate::root::store_params(&storage_options).block_size),
             storage_options,
             lsm: lsm::Writers::default(),
         }
@@ -129,6 +134,13 @@ impl Store {
     /// Reads trust what this process saw within `interval` (see the module docs).
     pub fn with_read_consistency(mut self, interval: Duration) -> Self {
         self.read_consistency = interval;
+        self
+    }
+
+    /// Whether unfiltered queries of local tables read cached bytes in place (see
+    /// [`LocalReads`]); on unless told.
+    pub fn with_inline_local_reads(mut self, on: bool) -> Self {
+        self.local_reads.set_enabled(on);
         self
     }
 

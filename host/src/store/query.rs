@@ -13,7 +13,6 @@ use lance::io::RecordBatchStream;
 use lance_index::scalar::FullTextSearchQuery;
 use lance_linalg::distance::DistanceType;
 
-use super::vector_cache::VectorCache;
 use super::{flat_search, fts_take};
 use crate::error::{ApiError, ApiResult};
 
@@ -138,10 +137,13 @@ impl QuerySpec {
         Ok(scan)
     }
 
-    /// The answer as a stream of batches. A flat vector search is answered from `vectors`
-    /// when it can be (see `flat_search`), a top-k full-text search by lance's search and a
-    /// take of its rows (see `fts_take`); everything else by lance's scanner.
-    pub async fn stream(&self, ds: &Arc<Dataset>, vectors: &VectorCache) -> ApiResult<QueryStream> {
+    /// The answer as a stream of batches. A flat vector search is answered from the store's
+    /// vector cache when it can be (see `flat_search`), a top-k full-text search by lance's
+    /// search and a take of its rows (see `fts_take`); everything else by lance's scanner.
+    /// Without a filter, a local table reads through the store's [`super::LocalReads`].
+    pub async fn stream(&self, ds: &Arc<Dataset>, store: &super::Store) -> ApiResult<QueryStream> {
+        let ds = &store.local_reads.for_query(ds, self.filter.is_some()).await;
+        let vectors = &store.vectors;
         if let Some(batch) = fts_take::search(ds, self).await? {
             return Ok(QueryStream::Ready(batch.schema(), Some(batch)));
         }
