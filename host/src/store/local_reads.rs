@@ -112,8 +112,8 @@ impl LocalReads {
     }
 }
 
-/// Cleared when the kernel or file system refuses `RWF_NOWAIT`: every read then goes to the
-/// pool, as without this module.
+/// Cleared when the kernel or file system refuses `RWF_NOWAIT`: queries then keep their
+/// tables' own stores, as without this module.
 static NOWAIT_WORKS: AtomicBool = AtomicBool::new(true);
 
 fn supported() -> bool {
@@ -183,14 +183,14 @@ fn read_nowait(file: &File, range: &Range<u64>) -> Option<Bytes> {
             continue;
         }
         if n < 0 {
-            let err = std::io::Error::last_os_error().raw_os_error();
-            // EAGAIN: some of it is not cached. Anything but that or EINTR means the flag is
-            // not supported here: stop trying.
-            if err != Some(libc::EAGAIN) && err != Some(libc::EINTR) {
-                NOWAIT_WORKS.store(false, Ordering::Relaxed);
-            }
-            if err == Some(libc::EINTR) {
-                continue;
+            match std::io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINTR) => continue,
+                // The call or the flag is not supported here: stop trying.
+                Some(libc::EOPNOTSUPP | libc::EINVAL | libc::ENOSYS) => {
+                    NOWAIT_WORKS.store(false, Ordering::Relaxed);
+                }
+                // EAGAIN: some of it is not cached; anything else the pool read reports.
+                _ => {}
             }
         }
         // 0: the file shrank under us (lance's files do not); let the pool read say so.
