@@ -7,9 +7,10 @@
 //! rows (`take_rows` of 10 rows, CPU µs each, blocking pool / here: 481 / 367 on the bench
 //! table's 40 fragments, 198 / 149 compacted; RESULTS has the runs). `preadv2` with
 //! `RWF_NOWAIT` reads only what the page cache holds and never waits for the disk: such reads
-//! are done in place. Anything else (not cached or only partly, larger than
-//! [`INLINE_MAX_BYTES`], past the end of the file, a kernel refusing the flag) goes to
-//! object_store's local file system on the blocking pool, as lance's own reader would.
+//! are done in place. A read not wholly cached, or larger than [`INLINE_MAX_BYTES`], goes to
+//! the blocking pool from the file already open, one hand-off as with lance's own reader; a
+//! file that does not open or a range that does not fit it goes to object_store's local file
+//! system, which reports it in its own terms.
 //!
 //! Lance takes its own reader for a store whose scheme is `file`; it reads through an
 //! object_store only for `file-object-store`, so that is this store's scheme. That scheme also
@@ -134,33 +135,67 @@ impl fmt::Display for CachedFirst {
     }
 }
 
+/// How a read goes, once its file is open and its range checked against the file's size.
+enum Read {
+    /// Answered from the page cache on this thread.
+    Here(GetResult),
+    /// Not wholly cached, or large: read on the blocking pool from the open file.
+    Pool(File, std::fs::Metadata, Range<u64>),
+}
+
 impl CachedFirst {
-    /// `range` of `location` (all of it when None) when the page cache holds all of it and it
-    /// is no larger than [`INLINE_MAX_BYTES`], else None.
-    fn read_cached(&self, location: &Path, range: Option<&GetRange>) -> Option<GetResult> {
+    /// `range` of `location` (all of it when None), read here when it is no larger than
+    /// [`INLINE_MAX_BYTES`] and wholly cached. None when the file does not open or the range
+    /// does not fit it: the file system's own read then reports that in object_store's terms.
+    fn start(&self, location: &Path, range: Option<&GetRange>) -> Option<Read> {
         let path = self.fs.path_to_filesystem(location).ok()?;
-        // Errors (a missing file, a bad range) are left for the pool read to report in
-        // object_store's own terms.
         let file = File::open(path).ok()?;
         let metadata = file.metadata().ok()?;
         let range = match range {
             Some(range) => range.as_range(metadata.len()).ok()?,
             None => 0..metadata.len(),
         };
-        if range.end - range.start > INLINE_MAX_BYTES {
-            return None;
+        if range.end - range.start <= INLINE_MAX_BYTES
+            && supported()
+            && let Some(data) = read_nowait(&file, &range)
+        {
+            return Some(Read::Here(answer(location, &metadata, range, data)));
         }
-        let data = read_nowait(&file, &range)?;
-        Some(GetResult {
-            payload: GetResultPayload::Stream(
-                futures::stream::once(async move { Ok(data) }).boxed(),
-            ),
-            meta: object_meta(location, &metadata),
-            range,
-            attributes: Default::default(),
-            extensions: Default::default(),
-        })
+        Some(Read::Pool(file, metadata, range))
     }
+}
+
+fn answer(
+    location: &Path,
+    metadata: &std::fs::Metadata,
+    range: Range<u64>,
+    data: Bytes,
+) -> GetResult {
+    GetResult {
+        payload: GetResultPayload::Stream(futures::stream::once(async move { Ok(data) }).boxed()),
+        meta: object_meta(location, metadata),
+        range,
+        attributes: Default::default(),
+        extensions: Default::default(),
+    }
+}
+
+/// `range` of the open `file`, on the blocking pool: one hand-off, as lance's own reader
+/// (object_store's file system makes two, one to open and one to read).
+async fn read_in_pool(file: File, range: Range<u64>) -> Result<Bytes> {
+    use std::os::unix::fs::FileExt;
+    let failed = |source: Box<dyn std::error::Error + Send + Sync>| object_store::Error::Generic {
+        store: "LocalFileSystem",
+        source,
+    };
+    tokio::task::spawn_blocking(move || {
+        let mut buf = vec![0; (range.end - range.start) as usize];
+        file.read_exact_at(&mut buf, range.start)?;
+        Ok::<_, std::io::Error>(Bytes::from(buf))
+    })
+    .await
+    .map_err(|e| failed(e.into()))?
+    .map_err(|e| failed(e.into()))
 }
 
 /// `range` of `file`, read only from the page cache.
@@ -193,7 +228,7 @@ fn read_nowait(file: &File, range: &Range<u64>) -> Option<Bytes> {
                 _ => {}
             }
         }
-        // 0: the file shrank under us (lance's files do not); let the pool read say so.
+        // 0: the file shrank under us (lance's files do not); the pool read reports it.
         return None;
     }
     Some(buf.freeze())
@@ -251,17 +286,19 @@ impl ObjectStore for CachedFirst {
     }
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
-        let small = match &options.range {
-            Some(GetRange::Bounded(r)) => r.end.saturating_sub(r.start) <= INLINE_MAX_BYTES,
-            _ => true, // known once the file's size is
-        };
-        if small
-            && plain(&options)
-            && supported()
-            && let Some(result) = self.read_cached(location, options.range.as_ref())
-        {
-            self.inline.fetch_add(1, Ordering::Relaxed);
-            return Ok(result);
+        if plain(&options) {
+            match self.start(location, options.range.as_ref()) {
+                Some(Read::Here(result)) => {
+                    self.inline.fetch_add(1, Ordering::Relaxed);
+                    return Ok(result);
+                }
+                Some(Read::Pool(file, metadata, range)) => {
+                    self.pooled.fetch_add(1, Ordering::Relaxed);
+                    let data = read_in_pool(file, range.clone()).await?;
+                    return Ok(answer(location, &metadata, range, data));
+                }
+                None => {}
+            }
         }
         self.pooled.fetch_add(1, Ordering::Relaxed);
         self.fs.get_opts(location, options).await
