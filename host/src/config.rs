@@ -74,9 +74,9 @@ pub struct ServeConfig {
     /// figures. Failed requests (5xx) are logged either way.
     #[arg(long, env = "LANCET_ACCESS_LOG", default_value_t = false, action = clap::ArgAction::Set)]
     pub access_log: bool,
-    /// Unfiltered queries of tables on a local root read what the page cache already holds
-    /// on the thread that asks (`preadv2` with `RWF_NOWAIT`) instead of handing every read to
-    /// the blocking pool; a top-10 search's take costs a quarter to a third less CPU
+    /// Searches (vector, full-text) without a filter of tables on a local root read what the
+    /// page cache already holds on the thread that asks (`preadv2` with `RWF_NOWAIT`) instead
+    /// of handing every read to the blocking pool; a top-10 search's take costs a quarter to a third less CPU
     /// (bench/RESULTS.md, session 33). Reads that would wait for the disk go to the pool
     /// either way.
     #[arg(long, env = "LANCET_INLINE_LOCAL_READS", default_value_t = true, action = clap::ArgAction::Set)]

@@ -229,7 +229,7 @@ fn scraped(app: &App) -> Registry {
     );
     r.register(
         "local_reads_pooled",
-        "Reads of local tables' files by unfiltered queries passed to the blocking pool \
+        "Reads of local tables' files by searches without a filter passed to the blocking pool \
          (not cached, or large)",
         ConstCounter::new(local_reads.pooled),
     );

@@ -349,8 +349,9 @@ async fn counts_through_a_scalar_index_match_the_rows() {
     assert_eq!(s.count("cx", json!({})).await, live(&mut (0..300)) + 10);
 }
 
-/// Unfiltered searches of a local table read the page-cached bytes of its files in place
-/// (`--inline-local-reads`, on by default): the same rows, ids, texts and order as with it off.
+/// Searches without a filter of a local table read the page-cached bytes of its files in place
+/// (`--inline-local-reads`, on by default): the same rows, ids, texts and order as with it off,
+/// and filtered queries and plain scans as before.
 #[tokio::test]
 async fn searches_read_cached_table_files_in_place_and_answer_the_same() {
     use crate::operability::{metric, scrape};
@@ -394,6 +395,10 @@ async fn searches_read_cached_table_files_in_place_and_answer_the_same() {
         (
             json!({"filter": "id >= 298", "columns": ["id", "text"]}),
             vec![298, 299, 300, 302, 303, 304, 305, 306, 307, 309],
+        ),
+        (
+            json!({"k": 5, "columns": ["id", "text"]}),
+            vec![1, 2, 3, 4, 5],
         ),
     ];
     let searches = &searches;

@@ -13,11 +13,12 @@
 //! system, which reports it in its own terms.
 //!
 //! Lance takes its own reader for a store whose scheme is `file`; it reads through an
-//! object_store only for `file-object-store`, so that is this store's scheme. That scheme also
-//! counts as a cloud store in one of lance's planning choices (which columns a filtered scan
-//! reads only for the rows that pass), so a query with a filter keeps the table's own store
-//! and plans as lance does for local tables (see [`LocalReads::for_query`]). Writes never use
-//! this store.
+//! object_store only for `file-object-store`, so that is this store's scheme. Lance also plans
+//! by the kind of store: that scheme counts as a cloud store when it picks which columns a
+//! filtered scan reads only for the rows that pass, and a plain scan's batches are twice as
+//! long on it. So only searches without a filter (vector, full-text: top-k answers, where the
+//! reads are small and the gains are) read through this store; filtered queries and plain scans
+//! keep the table's own store and plan as lance does for local tables. Writes never use it.
 
 use std::fmt;
 use std::fs::File;
@@ -91,10 +92,10 @@ impl LocalReads {
         self.enabled = on;
     }
 
-    /// `ds` reading through this store when it is a table on the local file system and the
-    /// query has no filter; else `ds` itself.
-    pub async fn for_query(&self, ds: &Arc<Dataset>, filtered: bool) -> Arc<Dataset> {
-        if filtered || !self.enabled || !supported() {
+    /// `ds` reading through this store when it is a table on the local file system, for a
+    /// search without a filter (see the module docs); else `ds` itself.
+    pub async fn for_search(&self, ds: &Arc<Dataset>) -> Arc<Dataset> {
+        if !self.enabled || !supported() {
             return ds.clone();
         }
         match ds.object_store(None).await {
@@ -459,11 +460,11 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn unfiltered_queries_of_local_tables_read_here_and_answer_the_same_rows() {
+    async fn local_tables_read_here_and_answer_the_same_rows() {
         let dir = tempfile::tempdir().unwrap();
         let ds = table(dir.path().join("t").to_str().unwrap()).await;
         let reads = LocalReads::new(None);
-        let fast = reads.for_query(&ds, false).await;
+        let fast = reads.for_search(&ds).await;
         assert!(!Arc::ptr_eq(&fast, &ds));
         assert_eq!(
             fast.object_store(None).await.unwrap().scheme(),
@@ -493,17 +494,16 @@ mod tests {
         let scanned = fast.scan().try_into_batch().await.unwrap();
         assert_eq!(scanned.num_rows(), 400 - 58);
 
-        // A filtered query, or the knob off: the table's own store.
-        assert!(Arc::ptr_eq(&reads.for_query(&ds, true).await, &ds));
+        // The knob off: the table's own store.
         let mut off = LocalReads::new(None);
         off.set_enabled(false);
-        assert!(Arc::ptr_eq(&off.for_query(&ds, false).await, &ds));
+        assert!(Arc::ptr_eq(&off.for_search(&ds).await, &ds));
     }
 
     #[tokio::test]
     async fn tables_off_the_local_file_system_keep_their_store() {
         let ds = table("memory://local-reads").await;
         let reads = LocalReads::new(None);
-        assert!(Arc::ptr_eq(&reads.for_query(&ds, false).await, &ds));
+        assert!(Arc::ptr_eq(&reads.for_search(&ds).await, &ds));
     }
 }

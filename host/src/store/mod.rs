@@ -65,7 +65,7 @@ pub struct Store {
     storage_options: HashMap<String, String>,
     /// Shard writers of LSM tables held by this process.
     pub lsm: lsm::Writers,
-    /// Unfiltered queries of local tables read what the page cache holds in place.
+    /// Searches without a filter read what the page cache holds of local tables in place.
     pub local_reads: LocalReads,
 }
 
@@ -137,7 +137,7 @@ impl Store {
         self
     }
 
-    /// Whether unfiltered queries of local tables read cached bytes in place (see
+    /// Whether searches without a filter read local tables' cached bytes in place (see
     /// [`LocalReads`]); on unless told.
     pub fn with_inline_local_reads(mut self, on: bool) -> Self {
         self.local_reads.set_enabled(on);

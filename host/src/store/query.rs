@@ -140,9 +140,15 @@ impl QuerySpec {
     /// The answer as a stream of batches. A flat vector search is answered from the store's
     /// vector cache when it can be (see `flat_search`), a top-k full-text search by lance's
     /// search and a take of its rows (see `fts_take`); everything else by lance's scanner.
-    /// Without a filter, a local table reads through the store's [`super::LocalReads`].
+    /// A search without a filter reads a local table through the store's
+    /// [`super::LocalReads`].
     pub async fn stream(&self, ds: &Arc<Dataset>, store: &super::Store) -> ApiResult<QueryStream> {
-        let ds = &store.local_reads.for_query(ds, self.filter.is_some()).await;
+        let search = self.vector.is_some() || self.fts.is_some();
+        let ds = &if search && self.filter.is_none() {
+            store.local_reads.for_search(ds).await
+        } else {
+            ds.clone()
+        };
         let vectors = &store.vectors;
         if let Some(batch) = fts_take::search(ds, self).await? {
             return Ok(QueryStream::Ready(batch.schema(), Some(batch)));
