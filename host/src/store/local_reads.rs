@@ -87,7 +87,7 @@ impl LocalReads {
         }
     }
 
-    /// Off: every query keeps its table's own store (`--inline-local-reads false`).
+    /// Off: every search keeps its table's own store (`--inline-local-reads false`).
     pub fn set_enabled(&mut self, on: bool) {
         self.enabled = on;
     }
