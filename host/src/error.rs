@@ -191,6 +191,13 @@ impl ApiError {
             E::NotFound { .. } => ErrorCode::TableNotFound,
             _ => classify_message(&msg).unwrap_or(ErrorCode::Internal),
         };
+        // A server failure keeps lance's note of where it was raised, for whoever reads the
+        // logs; a caller's mistake is answered without the server's source paths.
+        let msg = if code == ErrorCode::Internal {
+            msg
+        } else {
+            without_source_locations(&msg)
+        };
         ApiError::new(code, msg).name_too_long()
     }
 
@@ -207,8 +214,48 @@ impl ApiError {
     }
 }
 
+/// `msg` without the `, /path/to/file.rs:LINE:COL` lance appends to its errors (one per
+/// wrapped error).
+fn without_source_locations(msg: &str) -> String {
+    static LOCATION: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r",\s*[^\s,]+\.rs:\d+:\d+").expect("a constant pattern")
+    });
+    LOCATION.replace_all(msg, "").into_owned()
+}
+
 impl From<arrow_schema::ArrowError> for ApiError {
     fn from(err: arrow_schema::ArrowError) -> Self {
         ApiError::invalid(format!("invalid Arrow data: {err}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_callers_mistake_is_answered_without_lances_source_paths() {
+        let err = lance_core::Error::invalid_input(
+            "query dim(128) doesn't match the column vec vector dim(32)",
+        );
+        assert!(err.to_string().contains(".rs:"), "{err}");
+        let api = ApiError::from_lance(&err);
+        assert_eq!(api.status, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            api.message,
+            "Invalid user input: query dim(128) doesn't match the column vec vector dim(32)"
+        );
+        let wrapped = "Invalid user input: bad, /a/b.rs:1:2, then: worse, src/c.rs:10:20";
+        assert_eq!(
+            without_source_locations(wrapped),
+            "Invalid user input: bad, then: worse"
+        );
+        assert_eq!(
+            without_source_locations("id = 1, name = 'x.rs'"),
+            "id = 1, name = 'x.rs'"
+        );
+        // A server failure keeps it, for the logs.
+        let internal = lance_core::Error::internal("the disk caught fire");
+        assert!(ApiError::from_lance(&internal).message.contains(".rs:"));
     }
 }
