@@ -133,6 +133,11 @@ pub struct ServeConfig {
     /// tenant waits for. Default: half the cores (at least 1).
     #[arg(long, env = "LANCET_TENANT_MAX_RUNNING")]
     pub tenant_max_running: Option<usize>,
+    /// Handlers one tenant runs at once while no other tenant is active (none has sent a
+    /// request for 1 s); those beyond `max_running` run outside the slots, and another tenant
+    /// that comes takes the next one that ends. At least `max_running`. Default: four per core.
+    #[arg(long, env = "LANCET_MAX_RUNNING_ALONE")]
+    pub max_running_alone: Option<usize>,
     /// Memory for request bodies being received or held by requests in flight, in MiB; a body
     /// that does not fit is answered 503 with `Retry-After`.
     #[arg(long, env = "LANCET_MAX_BODY_MEMORY_MB", default_value_t = 2048)]

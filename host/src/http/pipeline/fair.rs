@@ -13,6 +13,14 @@
 //! and a flood that borrowed every slot in those gaps would make each of its requests wait for
 //! a flood request to end (measured: p99 2.5-3.2x against 1x, `overload_bench`).
 //!
+//! A tenant alone may also run more handlers than there are slots, up to its *alone* bound:
+//! those beyond the slots run outside them, as demoted requests do, so a tenant that becomes
+//! active takes the next slot that frees as before, and runs beside them until they end (they
+//! are short by then: anything over [`DEMOTE_AFTER`] was outside the slots already). A handler
+//! spends part of its time waiting (for lance's CPU pool, for reads), and with only one slot
+//! per core the cores then idle: a lone tenant's full-text searches at 8 clients cost 30% more
+//! CPU each with 2 slots than with 8 (bench/RESULTS.md, session 34).
+//!
 //! A request that has held its slot for [`DEMOTE_AFTER`] gives it back and runs on outside the
 //! slots (it still counts against its tenant's share): a few slow requests (large writes, UDFs
 //! near their limits) must not hold every slot while short requests queue behind them.
@@ -39,6 +47,8 @@ pub struct FairScheduler {
     slots: usize,
     /// The slots one tenant holds before another tenant's waiting request goes first.
     per_tenant: usize,
+    /// Handlers run beyond the slots by a tenant while no other tenant is active.
+    extra_alone: usize,
     state: Mutex<State>,
 }
 
@@ -46,6 +56,8 @@ pub struct FairScheduler {
 struct State {
     /// Slots in use: requests running that have not been demoted.
     running: usize,
+    /// Requests a lone tenant runs beyond the slots (see the module docs).
+    beyond: usize,
     /// Requests each tenant runs, demoted ones included: the measure of its share.
     by_tenant: HashMap<String, usize>,
     waiting: HashMap<String, VecDeque<(u64, oneshot::Sender<RunSlot>)>>,
@@ -85,6 +97,15 @@ impl State {
             .min_by_key(|(t, seq)| (self.held(t) >= per_tenant, self.held(t), *seq))
             .map(|(t, _)| t.clone())
     }
+
+    /// The one tenant waiting, when no other tenant is active: it may run beyond the slots.
+    fn lone_waiter(&self, now: Instant) -> Option<String> {
+        let mut waiting = self.waiting.keys();
+        let (Some(tenant), None) = (waiting.next(), waiting.next()) else {
+            return None;
+        };
+        (!self.others_active(tenant, now)).then(|| tenant.clone())
+    }
 }
 
 /// A held run slot; dropping it hands the slot to the next waiter.
@@ -92,7 +113,10 @@ pub struct RunSlot {
     /// `None` once handed back by hand (see `dispatch`).
     scheduler: Option<Arc<FairScheduler>>,
     tenant: String,
+    /// Outside the slots: demoted, or run beyond them by a lone tenant.
     demoted: bool,
+    /// Run beyond the slots by a lone tenant (counted in `State::beyond`).
+    beyond: bool,
 }
 
 impl RunSlot {
@@ -111,17 +135,20 @@ impl RunSlot {
 impl Drop for RunSlot {
     fn drop(&mut self) {
         if let Some(scheduler) = self.scheduler.take() {
-            scheduler.release(&self.tenant, self.demoted);
+            scheduler.release(&self.tenant, self.demoted, self.beyond);
         }
     }
 }
 
 impl FairScheduler {
-    pub fn new(slots: usize, per_tenant: usize) -> Arc<Self> {
+    /// `slots` shared fairly, `per_tenant` of them a tenant's share, and `alone` (at least
+    /// `slots`) the handlers a tenant runs at once while no other tenant is active.
+    pub fn new(slots: usize, per_tenant: usize, alone: usize) -> Arc<Self> {
         let slots = slots.max(1);
         Arc::new(Self {
             slots,
             per_tenant: per_tenant.clamp(1, slots),
+            extra_alone: alone.saturating_sub(slots),
             state: Mutex::default(),
         })
     }
@@ -141,7 +168,16 @@ impl FairScheduler {
             if state.running < self.slots && may_run && !queued {
                 state.running += 1;
                 *state.by_tenant.entry(tenant.to_string()).or_default() += 1;
-                return Some(self.slot(tenant));
+                return Some(self.slot(tenant, false));
+            }
+            if state.beyond < self.extra_alone
+                && !queued
+                && state.waiting.is_empty()
+                && !state.others_active(tenant, now)
+            {
+                state.beyond += 1;
+                *state.by_tenant.entry(tenant.to_string()).or_default() += 1;
+                return Some(self.slot(tenant, true));
             }
             let (sender, receiver) = oneshot::channel();
             let seq = state.next_seq;
@@ -167,48 +203,78 @@ impl FairScheduler {
         }
     }
 
-    fn slot(self: &Arc<Self>, tenant: &str) -> RunSlot {
+    fn slot(self: &Arc<Self>, tenant: &str, beyond: bool) -> RunSlot {
         RunSlot {
             scheduler: Some(self.clone()),
             tenant: tenant.to_string(),
-            demoted: false,
+            demoted: beyond,
+            beyond,
         }
     }
 
-    fn release(self: &Arc<Self>, tenant: &str, demoted: bool) {
+    fn release(self: &Arc<Self>, tenant: &str, demoted: bool, beyond: bool) {
         let mut state = self.lock();
         if !demoted {
             state.running -= 1;
         }
         uncount(&mut state, tenant);
-        state.touch(tenant, Instant::now());
+        let now = Instant::now();
+        state.touch(tenant, now);
+        if beyond {
+            state.beyond -= 1;
+            // Another tenant's request waiting within its share takes this room at once, over
+            // the slots by one until one of them frees: it need not wait for one of the slots
+            // the lone tenant held when it came (the count of handlers running does not grow).
+            if let Some(next) = state.pick(self.per_tenant, now)
+                && state.held(&next) < self.per_tenant
+            {
+                self.hand(&mut state, &next, false);
+            }
+        }
         self.dispatch(&mut state);
     }
 
-    /// Hands free slots to waiters, in the fair order of [`State::pick`].
+    /// Hands free slots to waiters, in the fair order of [`State::pick`]; then, to a lone
+    /// tenant's waiters, room beyond the slots.
     fn dispatch(self: &Arc<Self>, state: &mut State) {
         while state.running < self.slots {
             let Some(next) = state.pick(self.per_tenant, Instant::now()) else {
+                break;
+            };
+            self.hand(state, &next, false);
+        }
+        while state.beyond < self.extra_alone {
+            let Some(next) = state.lone_waiter(Instant::now()) else {
                 return;
             };
-            let queue = state
-                .waiting
-                .get_mut(&next)
-                .expect("picked a waiting tenant");
-            let (_, sender) = queue.pop_front().expect("a waiting tenant has a waiter");
-            if queue.is_empty() {
-                state.waiting.remove(&next);
+            self.hand(state, &next, true);
+        }
+    }
+
+    /// Gives `tenant`'s oldest waiter a slot (or room beyond the slots).
+    fn hand(self: &Arc<Self>, state: &mut State, tenant: &str, beyond: bool) {
+        let queue = state
+            .waiting
+            .get_mut(tenant)
+            .expect("picked a waiting tenant");
+        let (_, sender) = queue.pop_front().expect("a waiting tenant has a waiter");
+        if queue.is_empty() {
+            state.waiting.remove(tenant);
+        }
+        match beyond {
+            true => state.beyond += 1,
+            false => state.running += 1,
+        }
+        *state.by_tenant.entry(tenant.to_string()).or_default() += 1;
+        if let Err(mut slot) = sender.send(self.slot(tenant, beyond)) {
+            // That waiter is gone; undo by hand (dropping the slot as it is would re-enter
+            // this lock). The caller's loop offers the room to the next one.
+            slot.scheduler = None;
+            match beyond {
+                true => state.beyond -= 1,
+                false => state.running -= 1,
             }
-            state.running += 1;
-            *state.by_tenant.entry(next.clone()).or_default() += 1;
-            let slot = self.slot(&next);
-            if let Err(mut slot) = sender.send(slot) {
-                // That waiter is gone; undo by hand (dropping the slot as it is would re-enter
-                // this lock) and offer the slot to the next one.
-                slot.scheduler = None;
-                state.running -= 1;
-                uncount(state, &next);
-            }
+            uncount(state, tenant);
         }
     }
 }
@@ -228,7 +294,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_freed_slot_goes_to_the_tenant_holding_fewest() {
-        let s = FairScheduler::new(2, 2);
+        let s = FairScheduler::new(2, 2, 2);
         let a1 = s.acquire("a").await.unwrap();
         let a2 = s.acquire("a").await.unwrap();
         // Both slots are a's; a queues a third, then b arrives later.
@@ -251,7 +317,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_tenant_borrows_free_slots_only_while_no_other_tenant_is_active() {
-        let s = FairScheduler::new(2, 1);
+        let s = FairScheduler::new(2, 1, 2);
         // Alone, a takes both slots although its share is one.
         let a1 = s.acquire("a").await.unwrap();
         let a2 = s.acquire("a").await.unwrap();
@@ -273,7 +339,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_recently_active_tenant_keeps_its_share_free() {
-        let s = FairScheduler::new(2, 1);
+        let s = FairScheduler::new(2, 1, 2);
         drop(s.acquire("quiet").await.unwrap());
         let _a1 = s.acquire("a").await.unwrap();
         // quiet sent a request just now: a does not take the slot quiet's next request needs.
@@ -290,7 +356,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_demoted_request_frees_its_slot_but_keeps_its_share() {
-        let s = FairScheduler::new(1, 1);
+        let s = FairScheduler::new(1, 1, 1);
         let mut slow = s.acquire("a").await.unwrap();
         let s2 = s.clone();
         let b1 = tokio::spawn(async move { s2.acquire("b").await });
@@ -318,7 +384,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_waiter_that_gives_up_does_not_leak_its_slot() {
-        let s = FairScheduler::new(1, 1);
+        let s = FairScheduler::new(1, 1, 1);
         let first = s.acquire("a").await.unwrap();
         let s2 = s.clone();
         let gone = tokio::spawn(async move { s2.acquire("b").await.is_some() });
@@ -328,5 +394,71 @@ mod tests {
         drop(first);
         let again = tokio::time::timeout(Duration::from_secs(1), s.acquire("c")).await;
         assert!(again.unwrap().is_some(), "the slot came back");
+    }
+
+    #[tokio::test]
+    async fn a_lone_tenant_runs_beyond_the_slots_up_to_its_alone_bound() {
+        let s = FairScheduler::new(2, 1, 4);
+        let mut held: Vec<RunSlot> = Vec::new();
+        for _ in 0..4 {
+            held.push(s.acquire("a").await.unwrap());
+        }
+        assert_eq!(held.iter().filter(|slot| slot.beyond).count(), 2);
+        // A fifth waits, and takes the room the first request beyond the slots frees.
+        let s2 = s.clone();
+        let fifth = tokio::spawn(async move { s2.acquire("a").await });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!fifth.is_finished());
+        let first_beyond = held.iter().position(|slot| slot.beyond).unwrap();
+        drop(held.remove(first_beyond));
+        let fifth = fifth.await.unwrap().unwrap();
+        assert!(fifth.beyond);
+        // Demoting a request beyond the slots frees no slot: it never held one.
+        let mut fifth = fifth;
+        fifth.demote();
+        {
+            let state = s.lock();
+            assert_eq!((state.running, state.beyond), (2, 2));
+        }
+        drop(fifth);
+        drop(held);
+        let state = s.lock();
+        assert_eq!((state.running, state.beyond), (0, 0));
+        assert!(state.by_tenant.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_tenant_that_comes_takes_the_first_room_a_lone_tenant_frees() {
+        let s = FairScheduler::new(2, 1, 4);
+        let mut a: Vec<RunSlot> = Vec::new();
+        for _ in 0..4 {
+            a.push(s.acquire("a").await.unwrap());
+        }
+        let s2 = s.clone();
+        let b1 = tokio::spawn(async move { s2.acquire("b").await });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!b1.is_finished(), "every slot is a's");
+        // a is no longer alone: its next request waits, not beyond the slots.
+        let s3 = s.clone();
+        let a5 = tokio::spawn(async move { s3.acquire("a").await });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!a5.is_finished());
+        // One of a's requests beyond the slots ends: b runs at once, in a slot.
+        let beyond = a.iter().position(|slot| slot.beyond).unwrap();
+        drop(a.remove(beyond));
+        let b_slot = b1.await.unwrap().unwrap();
+        assert!(!b_slot.beyond);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!a5.is_finished(), "a is over its share while b runs");
+        // As a's requests end, the slots come back to two in use; then a's waiter runs.
+        drop(a);
+        let a5 = a5.await.unwrap().unwrap();
+        assert!(!a5.beyond);
+        {
+            let state = s.lock();
+            assert_eq!((state.running, state.beyond), (2, 0));
+        }
+        drop((a5, b_slot));
+        assert_eq!(s.lock().running, 0);
     }
 }

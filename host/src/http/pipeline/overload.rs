@@ -51,6 +51,8 @@ pub struct Bounds {
     pub body_limit: usize,
     pub max_running: usize,
     pub tenant_max_running: usize,
+    /// Handlers a tenant runs while no other is active (see `fair`).
+    pub max_running_alone: usize,
 }
 
 pub fn slow_down(message: impl Into<String>) -> Response {
@@ -72,7 +74,11 @@ impl Admission {
                 (b.body_memory_bytes / UNIT).clamp(1, u32::MAX as usize),
             )),
             body_limit: b.body_limit,
-            run: super::fair::FairScheduler::new(b.max_running, b.tenant_max_running),
+            run: super::fair::FairScheduler::new(
+                b.max_running,
+                b.tenant_max_running,
+                b.max_running_alone,
+            ),
         }
     }
 
@@ -270,6 +276,7 @@ mod tests {
             body_limit: 1 << 20,
             max_running: 4,
             tenant_max_running: 2,
+            max_running_alone: 4,
         });
         let s1 = a.tenant_slot("t", None).expect("first");
         let _s2 = a.tenant_slot("t", None).expect("second");
