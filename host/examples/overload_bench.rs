@@ -11,6 +11,7 @@
 //! ```sh
 //! cargo build --release --bin lancet --example overload_bench
 //! $CARGO_TARGET_DIR/release/examples/overload_bench [--requests 400] [--flood 64] [--bodies 48]
+//!     [--after-quiet N]
 //! ```
 //! The server binary is looked up beside the bench's own directory (`../lancet`).
 
@@ -162,6 +163,14 @@ async fn isolation(bin: &std::path::Path, requests: usize, flood: usize) {
     let start = Instant::now();
     let (f50, f99) = quiet_run(&quiet, &base, requests).await;
     let secs = start.elapsed().as_secs_f64();
+    // `--after-quiet N`: N quiet requests more, each after 1.5 s of quiet, so the flood is a
+    // tenant alone and runs beyond the run slots when each comes (`--max-running-alone`).
+    let spells = arg("--after-quiet", 0);
+    let mut after: Vec<f64> = Vec::with_capacity(spells);
+    for i in 0..spells {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        after.push(quiet_request(&quiet, &base, i).await.as_secs_f64() * 1e3);
+    }
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
         let _ = t.await;
@@ -178,6 +187,17 @@ async fn isolation(bin: &std::path::Path, requests: usize, flood: usize) {
         f50 / p50,
         f99 / p99
     );
+    if !after.is_empty() {
+        after.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        println!(
+            "quiet tenant after 1.5 s of quiet, under flood ({spells} requests): p50 {:.2} ms \
+             ({:.2}x alone)   max {:.2} ms ({:.2}x alone p99)",
+            percentile(&after, 0.5),
+            percentile(&after, 0.5) / p50,
+            percentile(&after, 1.0),
+            percentile(&after, 1.0) / p99
+        );
+    }
 }
 
 async fn body_memory(bin: &std::path::Path, mib: usize, budget: Option<usize>) {

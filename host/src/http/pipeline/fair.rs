@@ -18,8 +18,10 @@
 //! active takes the next slot that frees as before, and runs beside them until they end (they
 //! are short by then: anything over [`DEMOTE_AFTER`] was outside the slots already). A handler
 //! spends part of its time waiting (for lance's CPU pool, for reads), and with only one slot
-//! per core the cores then idle: a lone tenant's full-text searches at 8 clients cost 30% more
-//! CPU each with 2 slots than with 8 (bench/RESULTS.md, session 34).
+//! per core the cores then idle: a lone tenant's full-text searches at 8 clients cost 12-14%
+//! more CPU each with 2 slots than with 4 on 2 cores. The price is paid by a tenant that comes
+//! after a quiet spell: its first request runs beside the lone tenant's (bench/RESULTS.md,
+//! session 34).
 //!
 //! A request that has held its slot for [`DEMOTE_AFTER`] gives it back and runs on outside the
 //! slots (it still counts against its tenant's share): a few slow requests (large writes, UDFs
