@@ -14,9 +14,10 @@
 //! a flood request to end (measured: p99 2.5-3.2x against 1x, `overload_bench`).
 //!
 //! A tenant alone may also run more handlers than there are slots, up to its *alone* bound:
-//! those beyond the slots run outside them, as demoted requests do, so a tenant that becomes
-//! active takes the next slot that frees as before, and runs beside them until they end (they
-//! are short by then: anything over [`DEMOTE_AFTER`] was outside the slots already). A handler
+//! those beyond the slots run outside them, as demoted requests do. A tenant that becomes
+//! active takes the room of the next of the lone tenant's requests to end, in a slot or beyond
+//! them, and runs beside the rest until they end (they are short: anything over
+//! [`DEMOTE_AFTER`] was outside the slots already); from then on the shares hold. A handler
 //! spends part of its time waiting (for lance's CPU pool, for reads), and with only one slot
 //! per core the cores then idle: a lone tenant's full-text searches at 8 clients cost 12-14%
 //! more CPU each with 2 slots than with 4 on 2 cores. The price is paid by a tenant that comes
