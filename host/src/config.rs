@@ -135,7 +135,7 @@ pub struct ServeConfig {
     pub tenant_max_running: Option<usize>,
     /// Handlers one tenant runs at once while no other tenant is active (none has sent a
     /// request for 1 s); those beyond `max_running` run outside the slots, and another tenant
-    /// that comes takes the next one that ends. At least `max_running`. Default: two per core.
+    /// that comes takes the next one that ends. At least `max_running`. Default: four per core.
     #[arg(long, env = "LANCET_MAX_RUNNING_ALONE")]
     pub max_running_alone: Option<usize>,
     /// Memory for request bodies being received or held by requests in flight, in MiB; a body

@@ -116,7 +116,7 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
             body_limit: config.max_body_mb << 20,
             max_running: config.max_running.unwrap_or(cores()),
             tenant_max_running: config.tenant_max_running.unwrap_or((cores() / 2).max(1)),
-            max_running_alone: config.max_running_alone.unwrap_or(2 * cores()),
+            max_running_alone: config.max_running_alone.unwrap_or(4 * cores()),
         }),
         metrics_token: config.metrics_token.clone().filter(|t| !t.is_empty()),
         fault_injection: std::env::var("LANCET_FAULT_INJECTION").is_ok_and(|v| v == "1"),

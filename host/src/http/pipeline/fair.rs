@@ -19,8 +19,8 @@
 //! them, and runs beside the rest until they end (they are short: anything over
 //! [`DEMOTE_AFTER`] was outside the slots already); from then on the shares hold. A handler
 //! spends part of its time waiting (for lance's CPU pool, for reads), and with only one slot
-//! per core the cores then idle: a lone tenant's full-text searches at 8 clients cost 12-14%
-//! more CPU each with 2 slots than with 4 on 2 cores. The price is paid by a tenant that comes
+//! per core the cores then idle: a lone tenant's full-text searches at 8 clients on one core
+//! cost 15-18% more CPU each with one slot than with four. The price is paid by a tenant that comes
 //! after a quiet spell: its first request runs beside the lone tenant's (bench/RESULTS.md,
 //! session 34).
 //!
