@@ -57,10 +57,7 @@
 //! `--count-all` counts without a predicate (lance answers from the manifest), leaving the
 //! request path's own cost.
 //! The server binary is looked up beside the bench's own directory (`../lancet`).
-
-// Lancet's request futures (router, stages, handlers, DataFusion's SQL types within them) are
-// deep; proving them Sync for `stages.rs` overflowed the default limit of 128 in one build.
-#![recursion_limit = "256"]
+#![recursion_limit = "256"] // proving `stages.rs`'s request future Sync overflowed 128 once
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
