@@ -271,7 +271,7 @@ impl FairScheduler {
         *state.by_tenant.entry(tenant.to_string()).or_default() += 1;
         if let Err(mut slot) = sender.send(self.slot(tenant, beyond)) {
             // That waiter is gone; undo by hand (dropping the slot as it is would re-enter
-            // this lock). The caller's loop offers the room to the next one.
+            // this lock). `dispatch`'s loops offer the room to the next one.
             slot.scheduler = None;
             match beyond {
                 true => state.beyond -= 1,
