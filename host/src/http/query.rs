@@ -109,7 +109,7 @@ async fn answer(
     let mut stream = match lsm_location(&app, &target, &body, &spec, &ds).await? {
         Some(location) => {
             let read = app.store.lsm_read(&location, &spec).await?;
-            crate::store::QueryStream::Lsm(read.stream().await?)
+            crate::store::QueryStream::Plan(read.stream().await?)
         }
         None => spec.stream(&ds, &app.store).await?,
     };

@@ -1,5 +1,6 @@
 //! Full-text searches answered in two steps: lance's search for the best rows' ids and
-//! scores, then [`Dataset::take_builder`] for the columns asked for.
+//! scores, then the columns asked for of those rows ([`super::row_read`], or
+//! [`Dataset::take_builder`] where it cannot).
 //!
 //! With columns to return, lance's plan for a top-k full-text search reads them through a
 //! filtered read that sets up every fragment of the table, although only k rows are wanted;
@@ -19,7 +20,6 @@ use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{Field, Schema};
 use futures::TryStreamExt;
 use lance::Dataset;
-use lance::io::RecordBatchStream as _;
 use lance_core::ROW_ID;
 use lance_index::scalar::inverted::SCORE_COL;
 
@@ -38,13 +38,14 @@ pub async fn search(ds: &Arc<Dataset>, spec: &QuerySpec) -> ApiResult<Option<Rec
         with_row_id: true,
         ..spec.clone()
     };
-    let stream = ids_only
-        .scanner(ds)?
-        .try_into_stream()
+    let stream = super::plan_run::stream(&ids_only.scanner(ds)?)
         .await
         .map_err(ApiError::from)?;
     let hits_schema = stream.schema();
-    let hits: Vec<RecordBatch> = stream.try_collect().await.map_err(ApiError::from)?;
+    let hits: Vec<RecordBatch> = stream
+        .try_collect()
+        .await
+        .map_err(|e| ApiError::from(lance::Error::from(e)))?;
     let hits = arrow_select::concat::concat_batches(&hits_schema, &hits)?;
     let (Some(row_ids), Some(scores)) =
         (hits.column_by_name(ROW_ID), hits.column_by_name(SCORE_COL))
@@ -56,12 +57,15 @@ pub async fn search(ds: &Arc<Dataset>, spec: &QuerySpec) -> ApiResult<Option<Rec
     };
     // Step 2: the asked columns of those rows, in the hits' order.
     let projection = ds.schema().project(&columns).map_err(ApiError::from)?;
-    let rows = ds
-        .take_builder(ids.values(), projection)
-        .map_err(ApiError::from)?
-        .execute()
-        .await
-        .map_err(ApiError::from)?;
+    let rows = match super::row_read::read(ds, ids.values(), &projection).await? {
+        Some(rows) => rows,
+        None => ds
+            .take_builder(ids.values(), projection)
+            .map_err(ApiError::from)?
+            .execute()
+            .await
+            .map_err(ApiError::from)?,
+    };
     let mut fields: Vec<Arc<Field>> = Vec::with_capacity(columns.len() + 2);
     let mut arrays: Vec<ArrayRef> = Vec::with_capacity(columns.len() + 2);
     for name in &columns {
@@ -126,6 +130,7 @@ mod tests {
     use arrow_schema::DataType;
     use lance::dataset::{WriteMode, WriteParams};
     use lance::index::DatasetIndexExt;
+    use lance::io::RecordBatchStream as _;
     use lance_index::IndexType;
     use lance_index::scalar::{FullTextSearchQuery, InvertedIndexParams};
 

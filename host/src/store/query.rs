@@ -8,8 +8,7 @@ use arrow_array::{ArrayRef, FixedSizeListArray, Float32Array, RecordBatch};
 use arrow_schema::{DataType, Field, SchemaRef};
 use futures::{Stream, StreamExt};
 use lance::Dataset;
-use lance::dataset::scanner::{DatasetRecordBatchStream, Scanner};
-use lance::io::RecordBatchStream;
+use lance::dataset::scanner::Scanner;
 use lance_index::scalar::FullTextSearchQuery;
 use lance_linalg::distance::DistanceType;
 
@@ -162,25 +161,25 @@ impl QuerySpec {
                 return Ok(QueryStream::Ready(batch.schema(), Some(batch)));
             }
         }
-        let stream = scan.try_into_stream().await.map_err(ApiError::from)?;
-        Ok(QueryStream::Lance(stream))
+        let stream = super::plan_run::stream(&scan)
+            .await
+            .map_err(ApiError::from)?;
+        Ok(QueryStream::Plan(stream))
     }
 }
 
-/// Batches of a query's answer: lance's stream, an answer computed whole, or lance's LSM
-/// scanner's stream (an LSM table's tiers).
+/// Batches of a query's answer: a plan's stream (lance's scan, or lance's LSM scanner over an
+/// LSM table's tiers), or an answer computed whole.
 pub enum QueryStream {
-    Lance(DatasetRecordBatchStream),
+    Plan(datafusion_physical_plan::SendableRecordBatchStream),
     Ready(SchemaRef, Option<RecordBatch>),
-    Lsm(datafusion_physical_plan::SendableRecordBatchStream),
 }
 
 impl QueryStream {
     pub fn schema(&self) -> SchemaRef {
         match self {
-            Self::Lance(s) => s.schema(),
+            Self::Plan(s) => s.schema(),
             Self::Ready(schema, _) => schema.clone(),
-            Self::Lsm(s) => s.schema(),
         }
     }
 }
@@ -190,11 +189,10 @@ impl Stream for QueryStream {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         match self.get_mut() {
-            Self::Lance(s) => s.poll_next_unpin(cx),
-            Self::Ready(_, batch) => Poll::Ready(batch.take().map(Ok)),
-            Self::Lsm(s) => s
+            Self::Plan(s) => s
                 .poll_next_unpin(cx)
                 .map(|item| item.map(|r| r.map_err(lance_core::Error::from))),
+            Self::Ready(_, batch) => Poll::Ready(batch.take().map(Ok)),
         }
     }
 }
