@@ -116,14 +116,7 @@ mod tests {
             let mut scan = ds.scan();
             set(&mut scan);
             let ours = ours(&scan).await;
-            let lance: Vec<RecordBatch> = scan
-                .try_into_stream()
-                .await
-                .unwrap()
-                .try_collect()
-                .await
-                .unwrap();
-            let lance = values(&lance);
+            let lance = values(&[scan.try_into_batch().await.unwrap()]);
             let (mut sorted_ours, mut sorted_lance) = (ours.clone(), lance.clone());
             sorted_ours.sort();
             sorted_lance.sort();
