@@ -46,7 +46,7 @@ pub async fn read(
             Ok::<_, lance::Error>((batch.num_rows() == offsets.len()).then_some(batch))
         });
     }
-    let parallel = ds.object_store(None).await?.io_parallelism();
+    let parallel = ds.object_store(None).await?.io_parallelism().max(1);
     let batches: Vec<Option<RecordBatch>> = futures::stream::iter(reads)
         .buffered(parallel)
         .try_collect()
