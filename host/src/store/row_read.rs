@@ -191,6 +191,55 @@ mod tests {
         ));
     }
 
+    /// A shallow clone's fragments live in the source table's directory (another base):
+    /// read there as lance's take reads them, and after the clone's own append, from both.
+    #[tokio::test]
+    async fn reads_a_shallow_clones_rows_where_they_live() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut source = table(dir.path(), false).await;
+        let uri = dir.path().join("clone.lance").to_string_lossy().to_string();
+        let version = source.version().version;
+        let clone = source.shallow_clone(&uri, version, None).await.unwrap();
+        let more = RecordBatch::try_new(
+            Arc::new(ArrowSchema::from(clone.schema())),
+            vec![
+                Arc::new(Int64Array::from_iter_values(600..650)),
+                Arc::new(StringArray::from_iter_values(
+                    (600..650).map(|i| format!("row {i}")),
+                )),
+                Arc::new(
+                    lance_arrow::json::JsonArray::try_from(StringArray::from_iter_values(
+                        (600..650).map(|i| format!("{{\"n\": {i}}}")),
+                    ))
+                    .unwrap()
+                    .into_inner(),
+                ),
+            ],
+        )
+        .unwrap();
+        let schema = more.schema();
+        let params = WriteParams {
+            mode: WriteMode::Append,
+            ..Default::default()
+        };
+        let reader = RecordBatchIterator::new([Ok(more)], schema);
+        let clone = Arc::new(Dataset::write(reader, &uri, Some(params)).await.unwrap());
+        assert_eq!(clone.get_fragments().len(), 7);
+        let projection = clone.schema().project(&["id", "text"]).unwrap();
+        let ids = [address(6, 49), address(0, 7), address(6, 0), address(3, 3)];
+        let ours = read(&clone, &ids, &projection)
+            .await
+            .unwrap()
+            .expect("read here");
+        assert_eq!(ours, lances(&clone, &ids, &projection).await);
+        let got = ours
+            .column(0)
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap();
+        assert_eq!(got.values().to_vec(), vec![649, 7, 600, 303]);
+    }
+
     #[tokio::test]
     async fn leaves_to_lance_what_it_cannot_read() {
         let dir = tempfile::tempdir().unwrap();
