@@ -18,7 +18,8 @@ use lance_core::datatypes::Schema;
 use crate::error::{ApiError, ApiResult};
 
 /// The `projection` of the rows with these ids, in their order; None when lance's take must
-/// answer (stable row ids, a repeated id, an id no fragment holds, a row deleted).
+/// answer (stable row ids, a repeated id, an id no fragment holds, a row deleted or past the
+/// fragment's end).
 pub async fn read(
     ds: &Dataset,
     row_ids: &[u64],
@@ -39,6 +40,11 @@ pub async fn read(
             return Ok(None);
         };
         let offsets: Vec<u32> = run.iter().map(|&i| row_ids[i] as u32).collect();
+        // An offset past the fragment's rows is not read here (lance's take says what it is).
+        let rows = fragment.metadata().physical_rows;
+        if rows.is_none_or(|n| offsets.last().is_some_and(|&o| o as usize >= n)) {
+            return Ok(None);
+        }
         reads.push(async move {
             let reader = fragment.open(projection, FragReadConfig::default()).await?;
             let batch = reader.take_as_batch(&offsets, None).await?;
@@ -74,7 +80,7 @@ fn as_lance_answers(batch: RecordBatch) -> ApiResult<RecordBatch> {
         .schema()
         .fields()
         .iter()
-        .any(|f| lance_arrow::json::is_json_field(f) || lance_arrow::json::has_json_fields(f));
+        .any(|f| lance_arrow::json::has_json_fields(f));
     if !json {
         return Ok(batch);
     }
@@ -245,11 +251,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut ds = table(dir.path(), false).await;
         let id = ds.schema().project(&["id"]).unwrap();
-        // A repeated id, an empty list, a fragment that is not there.
+        // A repeated id, an empty list, a fragment that is not there, an offset past its rows.
         for ids in [
             vec![address(0, 1), address(0, 1)],
             vec![],
             vec![address(9, 0)],
+            vec![address(1, 3), address(1, 100)],
         ] {
             assert!(read(&ds, &ids, &id).await.unwrap().is_none(), "{ids:?}");
         }
