@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs every Lancet test on a fresh machine: installs protoc and the wasm32 target when missing,
 # builds the example UDF plugins, runs the Rust unit and black-box tests and the plugins' own
-# unit tests, then the Python client tests (lancedb, lance-namespace, pylance) in a venv this
-# script creates.
+# unit tests, then the Python client tests (lancedb, lance-namespace and its generated REST client,
+# pylance, ADBC) in a venv this script creates, then the TypeScript SDK's tests (@lancedb/lancedb
+# on Node.js) in tests/ts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -48,3 +49,6 @@ echo "== UDF plugins' own unit tests (native)"
 
 echo "== Python client tests"
 bash tests/python/run.sh
+
+echo "== TypeScript SDK tests (@lancedb/lancedb, remote mode)"
+bash tests/ts/run.sh

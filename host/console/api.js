@@ -60,7 +60,7 @@ export async function call(path, body = {}, { method = "POST", signal } = {}) {
   const init = {
     method,
     signal,
-    headers: headers({ accept: "application/json" }),
+    headers: headers({ accept: "application/vnd.lancet.rows+json, application/json" }),
   };
   if (method !== "GET") {
     init.headers["content-type"] = "application/json";

@@ -23,14 +23,20 @@ impl std::fmt::Display for ApiError {
 
 impl std::error::Error for ApiError {}
 
-/// The status each upstream error code travels with (same table as the upstream REST adapter,
-/// except `Unsupported`, which is a client mistake here: 400 rather than 406).
+/// The status each upstream error code travels with: the upstream REST adapter's table, except
+/// where the lancedb SDKs (Python and TypeScript, whose remote clients read only the status and
+/// the body's text) would misread it:
+/// - `TableColumnNotFound` is a 400 (spec 2.4: an unresolvable field path is invalid input): the
+///   SDKs turn any 404 on a table route into "table not found";
+/// - `Unsupported` is a client mistake here: 400 rather than 406.
+///
+/// The namespace clients classify by the body's numeric `code`, which is unchanged.
 pub fn status_for(code: ErrorCode) -> StatusCode {
     use ErrorCode::*;
     match code {
         NamespaceNotFound | TableNotFound | TableIndexNotFound | TableTagNotFound
-        | TransactionNotFound | TableVersionNotFound | TableColumnNotFound
-        | TableBranchNotFound => StatusCode::NOT_FOUND,
+        | TransactionNotFound | TableVersionNotFound | TableBranchNotFound => StatusCode::NOT_FOUND,
+        TableColumnNotFound => StatusCode::BAD_REQUEST,
         NamespaceAlreadyExists
         | TableAlreadyExists
         | TableIndexAlreadyExists
@@ -196,7 +202,7 @@ impl ApiError {
         let msg = if code == ErrorCode::Internal {
             msg
         } else {
-            without_source_locations(&msg)
+            readable(&without_source_locations(&msg))
         };
         ApiError::new(code, msg).name_too_long()
     }
@@ -221,6 +227,37 @@ fn without_source_locations(msg: &str) -> String {
         regex::Regex::new(r",\s*[^\s,]+\.rs:\d+:\d+").expect("a constant pattern")
     });
     LOCATION.replace_all(msg, "").into_owned()
+}
+
+/// A caller's mistake as lance words it, without what only lance's developers read: a prefix
+/// said twice ("Invalid user input: Invalid user input: ...", one per wrapping), and debug
+/// dumps of a whole schema (`Schema { fields: [...] }`), which can run to pages.
+fn readable(msg: &str) -> String {
+    const PREFIX: &str = "Invalid user input: ";
+    let mut out = msg.to_string();
+    while out.contains(&format!("{PREFIX}{PREFIX}")) {
+        out = out.replace(&format!("{PREFIX}{PREFIX}"), PREFIX);
+    }
+    while let Some(start) = out.find("Schema { ") {
+        let mut depth = 0usize;
+        let mut end = None;
+        for (i, c) in out[start..].char_indices() {
+            match c {
+                '{' | '[' | '(' => depth += 1,
+                '}' | ']' | ')' => {
+                    depth = depth.saturating_sub(1);
+                    if depth == 0 {
+                        end = Some(start + i + c.len_utf8());
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let Some(end) = end else { break };
+        out.replace_range(start..end, "the table's schema");
+    }
+    out
 }
 
 impl From<arrow_schema::ArrowError> for ApiError {
@@ -253,6 +290,17 @@ mod tests {
         assert_eq!(
             without_source_locations("id = 1, name = 'x.rs'"),
             "id = 1, name = 'x.rs'"
+        );
+        assert_eq!(
+            readable("Invalid user input: Invalid user input: bad SQL"),
+            "Invalid user input: bad SQL"
+        );
+        assert_eq!(
+            readable(
+                "Column nosuch does not exist in Schema { fields: [Field { name: \"id\", \
+                 children: [] }], metadata: {} } (update)"
+            ),
+            "Column nosuch does not exist in the table's schema (update)"
         );
         // A server failure keeps it, for the logs.
         let internal = lance_core::Error::internal("the disk caught fire");

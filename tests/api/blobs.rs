@@ -218,7 +218,7 @@ async fn bad_blob_requests_are_refused_with_the_reason() {
     );
     let (st, b) = fetch(&s, json!({"column": "nope", "row_ids": [0]})).await;
     let (st, b) = fail(st, b);
-    assert_error(st, &b, 404, 12);
+    assert_error(st, &b, 400, 12);
     let ids: Vec<u64> = (0..1025).collect();
     let (st, b) = fetch(&s, json!({"column": "img", "row_ids": ids})).await;
     let (st, b) = fail(st, b);

@@ -378,11 +378,13 @@ impl Handle {
             .await
     }
 
-    /// Start a backfill that must be accepted; returns its job id.
+    /// Start a backfill that must be accepted (202, as the spec's clients expect); returns its
+    /// job id.
     pub async fn backfill(&self, table: &str, body: Value) -> String {
-        let v = self
-            .ok(&format!("/v1/table/{table}/backfill_column"), body)
+        let (status, v) = self
+            .post(&format!("/v1/table/{table}/backfill_column"), body)
             .await;
+        assert_eq!(status, 202, "backfill_column: {v}");
         v["job_id"].as_str().expect("job_id").to_string()
     }
 

@@ -103,7 +103,7 @@ async fn json_post(s: &Server, path: &str, body: Value) -> (u16, Value) {
     let r = s
         .client
         .post(s.url(path))
-        .header("accept", "application/json")
+        .header("accept", "application/vnd.lancet.rows+json")
         .json(&body)
         .send()
         .await
@@ -149,9 +149,31 @@ async fn queries_answer_json_rows_on_request() {
     assert_eq!(out["schema"]["fields"][0]["name"], "id");
     // Errors keep their JSON shape.
     let (st, body) = json_post(&s, "/v1/table/t/query", json!({"filter": "nope > 1"})).await;
-    assert_error(st, &body, 404, 12);
+    assert_error(st, &body, 400, 12);
     // Without the header: Arrow, as ever.
     assert_eq!(s.query("t", json!({"k": 5})).await[0].num_rows(), 5);
+    // A plain JSON Accept (what the spec's generated client sends on every query) keeps the
+    // spec's Arrow answer.
+    let r = s
+        .client
+        .post(s.url("/v1/table/t/query"))
+        .header(
+            "accept",
+            "application/vnd.apache.arrow.file, application/json",
+        )
+        .json(&json!({"k": 4}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(
+        r.headers()["content-type"],
+        "application/vnd.apache.arrow.file"
+    );
+    let bytes = r.bytes().await.unwrap();
+    let reader = arrow_ipc::reader::FileReader::try_new(std::io::Cursor::new(bytes), None).unwrap();
+    let rows: usize = reader.map(|b| b.unwrap().num_rows()).sum();
+    assert_eq!(rows, 4);
 }
 
 #[tokio::test]

@@ -44,7 +44,7 @@ async fn not_found_everywhere() {
     assert_error(st, &b, 404, 8);
     assert_eq!(b["instance"], "/v1/table/t/tags/version");
     assert_eq!(b["type"], "/errors/not-found-error");
-    assert_eq!(b["title"], "Not found Error");
+    assert_eq!(b["title"], "Tag not found");
 }
 
 #[tokio::test]
@@ -64,11 +64,11 @@ async fn bad_paths_and_sql() {
             json!({"alterations": [{"path": "nosuch", "rename": "x"}]}),
         )
         .await;
-    assert_error(st, &b, 404, 12);
+    assert_error(st, &b, 400, 12);
     let (st, b) = s
         .post("/v1/table/t/drop_columns", json!({"columns": ["nosuch"]}))
         .await;
-    assert_error(st, &b, 404, 12);
+    assert_error(st, &b, 400, 12);
     let (st, b) = s
         .post("/v1/table/t/count_rows", json!({"predicate": "id >>>= 3"}))
         .await;

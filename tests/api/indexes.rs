@@ -105,7 +105,7 @@ async fn index_bad_input_and_branches() {
             json!({"column": "nosuch", "index_type": "BTREE"}),
         )
         .await;
-    assert_error(st, &b, 404, 12);
+    assert_error(st, &b, 400, 12);
     let (st, b) = s
         .post(
             "/v1/table/ib/create_index",
@@ -145,11 +145,12 @@ async fn index_bad_input_and_branches() {
         ),
         (
             json!({"vector": [1.0, 0.0, 0.0, 0.0], "vector_column": "nosuch"}),
-            404,
+            400,
         ),
         (json!({"vector": [1.0, 0.0, 0.0, 0.0], "k": -1}), 400),
         (json!({"vector": [1.0, 0.0, 0.0, 0.0], "offset": -2}), 400),
-        (json!({"filter": "nosuch > 1"}), 404),
+        // An unknown column is invalid input (code 12), not a 404 the SDKs read as "no table".
+        (json!({"filter": "nosuch > 1"}), 400),
     ] {
         let (st, b) = s.post("/v1/table/ib/query", body.clone()).await;
         assert_eq!(st, want, "{body} -> {b}");

@@ -280,7 +280,7 @@ async fn bad_backfill_requests_are_refused() {
         "{b}"
     );
     let (st, b) = post(json!({"column": "nosuch"})).await;
-    assert_error(st, &b, 404, 12);
+    assert_error(st, &b, 400, 12);
     let (st, b) = post(json!({"column": ""})).await;
     assert_error(st, &b, 400, 13);
     let (st, b) = post(json!({"column": "dbl", "where": "id >>> 3"})).await;

@@ -122,9 +122,15 @@ async fn table_catalog_lifecycle() {
     assert_eq!(r.status(), 200);
     s.ok("/v1/table/t1/exists", json!({})).await;
 
-    // Modes: create on an existing table is a 409; exist_ok keeps it; overwrite replaces it.
+    // Modes: create on an existing table is a 400 that says "already exists" (what the lancedb
+    // SDKs recognise); exist_ok keeps it; overwrite replaces it.
     let (status, body) = s.post_arrow("/v1/table/t1/create", &sample(0, 2)).await;
-    assert_error(status, &body, 409, 5);
+    assert_error(status, &body, 400, 5);
+    assert!(
+        body["detail"].as_str().unwrap().contains("already exists"),
+        "{body}"
+    );
+    assert_eq!(body["title"], "Table already exists");
     let (status, _) = s
         .post_arrow("/v1/table/t1/create?mode=exist_ok", &sample(0, 2))
         .await;

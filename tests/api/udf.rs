@@ -122,7 +122,7 @@ async fn bad_virtual_columns_leave_the_table_unchanged() {
     let mut bad = good.clone();
     bad["input_columns"] = json!(["nosuch"]);
     let (st, b) = s.post("/v1/table/x/add_columns", add(bad)).await;
-    assert_error(st, &b, 404, 12);
+    assert_error(st, &b, 400, 12);
 
     let mut bad = good.clone();
     bad["outputs"] = json!([{"column": "slug", "struct_field": "", "data_type": {"type": "int64"}, "nullable": true}]);

@@ -263,3 +263,25 @@ def test_hostile_functions_end_at_their_limits_and_the_server_serves_on(server):
             t.refresh_column_async(column).wait()
     assert t.count_rows() == 3
     assert {f.name for f in db.list_functions()} == {"spin", "balloon"}
+
+
+@udf
+def loud(text: str) -> str:
+    return text.upper() + "!"
+
+
+def test_a_nullable_column_feeds_a_parameter_that_takes_no_null(server):
+    """Every column a client makes from Python values is nullable: binding one to a plain `str`
+    parameter works, rows with a null input answer null without calling the Function (no row
+    error), and every other row holds f(row)."""
+    db = server.lancedb()
+    fv = db.create_function(loud)
+    names = ["ada", None, "bob", None, "cy"]
+    t = db.create_table("names", pa.table({"id": list(range(5)), "name": names}))
+    assert t.schema.field("name").nullable
+    t.add_columns({"shout": fv(text=col("name"))})
+    result = t.refresh_column_async("shout").wait()
+    assert result.rows_failed == 0, result
+    got = {r["id"]: r["shout"] for r in t.search().limit(100).to_arrow().to_pylist()}
+    assert got == {i: (None if n is None else loud(n)) for i, n in enumerate(names)}
+    assert t.function_errors(column="shout").records == []

@@ -337,3 +337,53 @@ def test_lancedb_lists_indexes_of_every_type(lancet):
     assert "Unknown" in kinds["minhash_lsh"], kinds
     assert t.index_stats("fm").num_indexed_rows == 50
     assert t.index_stats("minhash_lsh").num_indexed_rows == 50
+
+
+def test_lancedb_pages_orders_and_ranges_as_it_asks(lancet):
+    """offset on a vector search (the k + offset nearest, less the first offset), order_by,
+    distance ranges and postfilter: each honoured, with values computed here."""
+    db = lancet.lancedb()
+    points = [[float(i % 7), float(i // 7)] for i in range(30)]
+    t = db.create_table("paged", pa.table({"id": list(range(30)), "vector": vectors(points)}))
+    q = [2.0, 1.5]
+    dist = sorted((sum((a - b) ** 2 for a, b in zip(p, q)), i) for i, p in enumerate(points))
+    first = t.search(q).limit(5).to_arrow()["id"].to_pylist()
+    page = t.search(q).limit(5).offset(5).to_arrow()
+    assert first == [i for _, i in dist[:5]]
+    assert page["id"].to_pylist() == [i for _, i in dist[5:10]]
+    assert [round(d, 4) for d in page["_distance"].to_pylist()] == [round(d, 4) for d, _ in dist[5:10]]
+
+    from lancedb.query import ColumnOrdering
+    desc = [ColumnOrdering(column_name="id", ascending=False)]
+    assert t.search().order_by(desc).limit(4).to_arrow()["id"].to_pylist() == [29, 28, 27, 26]
+    assert t.search().order_by(desc).limit(3).offset(4).to_arrow()["id"].to_pylist() == [25, 24, 23]
+
+    ranged = t.search(q).distance_range(1.0, 4.0).limit(100).to_arrow()["id"].to_pylist()
+    assert sorted(ranged) == sorted(i for d, i in dist if 1.0 <= d < 4.0)
+    post = t.search(q).where("id >= 10", prefilter=False).limit(4).to_arrow()["id"].to_pylist()
+    assert post == [i for _, i in dist[:4] if i >= 10]
+
+
+def test_lancedb_error_kinds(lancet):
+    """A table that exists is the SDK's own error; an unknown column is a 400 (not 'table not
+    found'); a namespace is dropped with cascade."""
+    db = lancet.lancedb()
+    db.create_table("dup", pa.table({"id": [1]}))
+    try:
+        db.create_table("dup", pa.table({"id": [1]}))
+        raise AssertionError("created twice")
+    except Exception as e:
+        assert "already exists" in str(e), e
+        assert "not found" not in str(e).lower(), e
+    assert db.create_table("dup", pa.table({"id": [2]}), exist_ok=True).count_rows() == 1
+    t = db.open_table("dup")
+    for call in (lambda: t.search().where("nosuch = 1").to_arrow(),
+                 lambda: t.drop_columns(["nosuch"]),
+                 lambda: t.update(where="id = 1", values_sql={"nosuch": "1"})):
+        try:
+            call()
+            raise AssertionError("accepted an unknown column")
+        except Exception as e:
+            assert "nosuch" in str(e), e
+            assert "was not found" not in str(e) and "Schema { fields" not in str(e), e
+    assert t.version == 1

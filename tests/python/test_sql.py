@@ -72,6 +72,15 @@ def test_adbc_statements_joins_aggregates_windows_and_parameters(server):
         got = rows(cur, "SELECT name FROM shop.customers WHERE id = $1 OR id = $2 ORDER BY id",
                    parameters=(1, 3))
         assert got == [("ada",), ("cy",)]
+        # qmark placeholders, as ADBC, JDBC and ODBC tools bind them: numbered in written order.
+        for floor in (50.0, 90.0):
+            got = rows(cur, "SELECT count(*) FROM shop.orders WHERE amount > ?", parameters=(floor,))
+            assert got == [(sum(1 for o in ORDERS if o[2] > floor),)]
+        got = rows(cur, "SELECT name FROM shop.customers WHERE id = ? OR id = ? ORDER BY id",
+                   parameters=(3, 2))
+        assert got == [("bob",), ("cy",)]
+        with pytest.raises(Exception, match="either"):
+            rows(cur, "SELECT name FROM shop.customers WHERE id = ? OR id = $1", parameters=(1,))
         # Results are Arrow.
         cur.execute("SELECT id, amount FROM shop.orders ORDER BY id LIMIT 5")
         table = cur.fetch_arrow_table()

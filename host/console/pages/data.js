@@ -272,7 +272,7 @@ export async function searchTab(ctx) {
     if (Array.isArray(short.vector) && short.vector.length > 8) short.vector = short.vector.map((x) => Number(x.toPrecision(4)));
     curl.textContent = [
       `curl -s -X POST '${location.origin}${api.table(id, "query")}' \\`,
-      "  -H \"x-api-key: $LANCET_API_KEY\" -H 'content-type: application/json' -H 'accept: application/json' \\",
+      "  -H \"x-api-key: $LANCET_API_KEY\" -H 'content-type: application/json' -H 'accept: application/vnd.lancet.rows+json' \\",
       `  -d '${JSON.stringify(short).replaceAll("'", "'\\''")}'`,
     ].join("\n");
     python.textContent = pythonOf(id, b);

@@ -45,8 +45,33 @@ fn type_and_title(status: StatusCode) -> (&'static str, &'static str) {
     }
 }
 
+/// A title that says what happened where the status alone would mislead: the spec titles every
+/// 409 "The namespace has been concurrently modified", which is true of a lost race only.
+fn title_for(err: &ApiError) -> Option<&'static str> {
+    use ErrorCode::*;
+    Some(match err.code {
+        TableAlreadyExists => "Table already exists",
+        NamespaceAlreadyExists => "Namespace already exists",
+        TableIndexAlreadyExists => "Index already exists",
+        TableTagAlreadyExists => "Tag already exists",
+        TableBranchAlreadyExists => "Branch already exists",
+        NamespaceNotEmpty => "Namespace not empty",
+        InvalidTableState => "Invalid table state",
+        TableColumnNotFound => "Column not found",
+        TableNotFound => "Table not found",
+        NamespaceNotFound => "Namespace not found",
+        TableIndexNotFound => "Index not found",
+        TableTagNotFound => "Tag not found",
+        TableVersionNotFound => "Version not found",
+        TableBranchNotFound => "Branch not found",
+        TransactionNotFound => "Transaction not found",
+        _ => return None,
+    })
+}
+
 pub fn error_json(err: &ApiError, instance: &str) -> serde_json::Value {
     let (kind, title) = type_and_title(err.status);
+    let title = title_for(err).unwrap_or(title);
     json!({
         "type": kind,
         "title": title,

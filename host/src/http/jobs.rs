@@ -40,7 +40,12 @@ pub async fn backfill_column(
         body.options,
     )
     .await?;
-    Ok(reply(json!({ "job_id": job_id })))
+    // 202, as the spec's generated clients expect (they deserialise no other status here).
+    Ok((
+        axum::http::StatusCode::ACCEPTED,
+        axum::Json(json!({ "job_id": job_id })),
+    )
+        .into_response())
 }
 
 #[derive(Deserialize, Default, schemars::JsonSchema)]

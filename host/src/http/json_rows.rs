@@ -1,7 +1,11 @@
 //! Arrow answers as JSON, for clients without an Arrow decoder (the console, `curl`): a
-//! request with `Accept: application/json` (and no Arrow type in it) gets
+//! request whose `Accept` names Lancet's own media type [`ROWS_JSON`] gets
 //! `{"schema": <JSON Arrow schema>, "num_rows": n, "rows": [{column: value}, ...]}`.
 //! Binary values are hex strings, vectors arrays, nulls `null` (every column is in every row).
+//!
+//! A plain `Accept: application/json` is not enough: the spec's generated REST client sends it
+//! on every query (its accept list is Arrow file + JSON and the generator picks JSON) and parses
+//! the answer as Arrow IPC, as the spec says a query answers.
 
 use arrow_array::RecordBatch;
 use axum::http::{HeaderMap, header};
@@ -13,11 +17,20 @@ use crate::error::{ApiError, ApiResult};
 /// (ask for Arrow, or for fewer rows).
 pub const MAX_JSON_ROWS_BYTES: usize = 32 << 20;
 
+/// The media type that asks for JSON rows instead of Arrow IPC.
+pub const ROWS_JSON: &str = "application/vnd.lancet.rows+json";
+
 pub fn wants_json(headers: &HeaderMap) -> bool {
     headers
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|a| a.contains("application/json") && !a.contains("vnd.apache.arrow"))
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|a| a.split(','))
+        .any(|t| {
+            t.split(';')
+                .next()
+                .is_some_and(|m| m.trim().eq_ignore_ascii_case(ROWS_JSON))
+        })
 }
 
 pub fn too_large() -> ApiError {
@@ -83,17 +96,20 @@ mod tests {
     }
 
     #[test]
-    fn only_a_json_accept_without_arrow_asks_for_json() {
+    fn only_lancets_media_type_asks_for_json_rows() {
         let with = |v: &'static str| {
             let mut h = HeaderMap::new();
             h.insert(header::ACCEPT, v.parse().unwrap());
             wants_json(&h)
         };
-        assert!(with("application/json"));
-        assert!(!with(
-            "application/vnd.apache.arrow.stream, application/json"
-        ));
+        // What the generated REST client sends on every query: still Arrow.
+        assert!(!with("application/json"));
+        assert!(!with("application/vnd.apache.arrow.file, application/json"));
         assert!(!with("*/*"));
+        assert!(with(ROWS_JSON));
+        assert!(with(
+            "application/vnd.lancet.rows+json; q=1, application/json"
+        ));
         assert!(!wants_json(&HeaderMap::new()));
     }
 }

@@ -431,6 +431,7 @@ fn build() -> Routes {
         jobs::backfill_column,
     )
     .params(&[BRANCH])
+    .answers(Answer::Accepted)
     .post("/v1/table/{id}/optimize", Write, upkeep::optimize)
     .params(&[BRANCH])
     .post(

@@ -120,14 +120,15 @@ pub async fn drop(
     if target.id.is_empty() {
         return Err(ApiError::invalid("the root namespace cannot be dropped"));
     }
-    let skip_missing = request
-        .mode
-        .as_deref()
-        .is_some_and(|m| m.eq_ignore_ascii_case("skip"));
-    let cascade = request
-        .behavior
-        .as_deref()
-        .is_some_and(|b| b.eq_ignore_ascii_case("cascade"));
+    let mut request = request;
+    request.mode = choice("mode", request.mode.as_deref(), &["Fail", "Skip"])?;
+    request.behavior = choice(
+        "behavior",
+        request.behavior.as_deref(),
+        &["Restrict", "Cascade"],
+    )?;
+    let skip_missing = request.mode.as_deref() == Some("Skip");
+    let cascade = request.behavior.as_deref() == Some("Cascade");
     let exists = target
         .catalog
         .namespace_exists(NamespaceExistsRequest {
@@ -154,6 +155,24 @@ pub async fn drop(
         .map_err(ApiError::from)?;
     target.catalog.invalidate_all();
     respond(response)
+}
+
+/// One of `allowed` (as spelled there), matched without regard to case; a value that is itself a
+/// quoted JSON string (`"\"Cascade\""`, as `@lancedb/lancedb` 0.39 sends a drop's behavior)
+/// is read as the string it quotes. Anything else is a 400 naming the field and the value.
+fn choice(field: &str, value: Option<&str>, allowed: &[&'static str]) -> ApiResult<Option<String>> {
+    let Some(raw) = value else { return Ok(None) };
+    let unquoted = serde_json::from_str::<String>(raw).unwrap_or_else(|_| raw.to_string());
+    allowed
+        .iter()
+        .find(|a| a.eq_ignore_ascii_case(unquoted.trim()))
+        .map(|a| Some(a.to_string()))
+        .ok_or_else(|| {
+            ApiError::invalid(format!(
+                "{field}: unknown value {raw:?}; use one of {}",
+                allowed.join(", ")
+            ))
+        })
 }
 
 /// Cascade: drop every table and child namespace below `id`, deepest first.

@@ -109,6 +109,8 @@ pub enum Answer {
     ArrowStream,
     /// A JSON object; 201 or 202 (with a `job_id`) when work was started in the background.
     Started,
+    /// A JSON object with a `job_id`, always 202: the work runs in the background.
+    Accepted,
     /// A JSON object, or (to the lancedb SDK, which sends `x-lancedb-database`) a JSON string.
     ObjectOrString,
     /// Raw bytes, whole (200) or a range of them (206); 204 for a null value, 416 for a range
@@ -373,7 +375,7 @@ fn success(answer: Answer) -> Value {
             "description": "A JSON object; a JSON string when `x-lancedb-database` is sent.",
             "content": {"application/json": {"schema": {"type": ["object", "string"]}}},
         }),
-        Answer::Object | Answer::Started => json!({
+        Answer::Object | Answer::Started | Answer::Accepted => json!({
             "description": "A JSON object.",
             "content": {"application/json": {"schema": {"type": "object"}}},
         }),
@@ -398,8 +400,13 @@ fn success(answer: Answer) -> Value {
 
 fn responses(answer: Answer) -> Value {
     let error = json!({"$ref": "#/components/responses/Error"});
+    let ok = if answer == Answer::Accepted {
+        "202"
+    } else {
+        "200"
+    };
     let mut all = json!({
-        "200": success(answer),
+        ok: success(answer),
         "400": error, "401": error, "403": error, "404": error, "409": error, "503": error,
         "4XX": error, "5XX": error,
     });

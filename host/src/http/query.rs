@@ -269,8 +269,7 @@ pub async fn explain_plan(
     dialect: Dialect,
     JsonBody(query_body::PlanBody(body)): JsonBody<query_body::PlanBody>,
 ) -> ApiResult<Response> {
-    let query = body.get("query").cloned().unwrap_or_else(|| body.clone());
-    let spec = query_body::parse(&query)?;
+    let spec = query_body::parse(&plan_query(&body))?;
     let verbose = body
         .get("verbose")
         .and_then(Value::as_bool)
@@ -290,8 +289,7 @@ pub async fn analyze_plan(
     dialect: Dialect,
     JsonBody(query_body::PlanBody(body)): JsonBody<query_body::PlanBody>,
 ) -> ApiResult<Response> {
-    let query = body.get("query").cloned().unwrap_or_else(|| body.clone());
-    let spec = query_body::parse(&query)?;
+    let spec = query_body::parse(&plan_query(&body))?;
     let ds = dataset_for(&app, &target, &body).await?;
     let analysis = spec
         .scanner(&ds)?
@@ -303,6 +301,21 @@ pub async fn analyze_plan(
         json!({ "analysis": analysis, "plan": analysis }),
         analysis,
     ))
+}
+
+/// A plan request's query: in `query` (the spec's model), or the body itself less the plan's
+/// own `verbose`.
+fn plan_query(body: &Value) -> Value {
+    match body.get("query") {
+        Some(q) => q.clone(),
+        None => {
+            let mut inline = body.clone();
+            if let Some(map) = inline.as_object_mut() {
+                map.remove("verbose");
+            }
+            inline
+        }
+    }
 }
 
 /// The spec's clients read a plan from an object; the lancedb SDK reads the body as one JSON

@@ -3,8 +3,10 @@
 //! vector arrays, `columns` as a list or a map, `full_text_query: {query, columns}`, explicit
 //! nulls, extra fields). Only what is truly invalid is rejected.
 
+use lance::dataset::scanner::ColumnOrdering;
 use lance_index::scalar::FullTextSearchQuery;
 use lance_index::scalar::inverted::query::FtsQuery;
+use lance_index::vector::ApproxMode;
 use lance_linalg::distance::DistanceType;
 use serde_json::Value;
 
@@ -91,6 +93,11 @@ fn parse_vector(v: &Value) -> ApiResult<Option<(Vec<Vec<f32>>, bool)>> {
                 (Some(_), Some(_)) => Err(ApiError::invalid(
                     "give either vector.single_vector or vector.multi_vector, not both",
                 )),
+                // An empty vector is a plain scan, as upstream's namespace reads it (Geneva reads
+                // its tables with `{"single_vector": []}`).
+                (Some(Value::Array(a)), None) | (None, Some(Value::Array(a))) if a.is_empty() => {
+                    Ok(None)
+                }
                 (Some(s), None) => Ok(Some((vec![numbers(s, "vector.single_vector")?], false))),
                 (None, Some(m)) => Ok(Some((vectors(m, "vector.multi_vector")?, true))),
                 (None, None) => Ok(None),
@@ -216,6 +223,87 @@ fn parse_fts(v: &Value) -> ApiResult<Option<FullTextSearchQuery>> {
     }
 }
 
+/// lancedb's `order_by`: `[{"column_name", "ascending", "nulls_first"}]` (`ascending` defaults
+/// to true, `nulls_first` to false, as lancedb's own defaults).
+fn parse_order_by(v: &Value) -> ApiResult<Option<Vec<ColumnOrdering>>> {
+    let items = v.as_array().ok_or_else(|| {
+        ApiError::invalid("order_by must be an array of {column_name, ascending, nulls_first}")
+    })?;
+    let order = items
+        .iter()
+        .map(|item| {
+            let Some(obj) = item.as_object() else {
+                return Err(ApiError::invalid(
+                    "order_by entries must be objects {column_name, ascending, nulls_first}",
+                ));
+            };
+            if let Some(k) = obj
+                .keys()
+                .find(|k| !["column_name", "ascending", "nulls_first"].contains(&k.as_str()))
+            {
+                return Err(ApiError::invalid(format!(
+                    "order_by: unknown field '{k}' (use column_name, ascending, nulls_first)"
+                )));
+            }
+            let column_name = match string(item, "column_name")? {
+                Some(c) if !c.is_empty() => c,
+                _ => return Err(ApiError::invalid("order_by: column_name is required")),
+            };
+            Ok(ColumnOrdering {
+                column_name,
+                ascending: boolean(item, "ascending")?.unwrap_or(true),
+                nulls_first: boolean(item, "nulls_first")?.unwrap_or(false),
+            })
+        })
+        .collect::<ApiResult<Vec<_>>>()?;
+    Ok((!order.is_empty()).then_some(order))
+}
+
+fn parse_approx_mode(name: &str) -> ApiResult<ApproxMode> {
+    match name.to_ascii_lowercase().as_str() {
+        "fast" => Ok(ApproxMode::Fast),
+        "normal" => Ok(ApproxMode::Normal),
+        "accurate" => Ok(ApproxMode::Accurate),
+        _ => Err(ApiError::invalid(format!(
+            "unknown approx_mode '{name}': use fast, normal or accurate"
+        ))),
+    }
+}
+
+/// Every field a query body may carry: the spec's model, the lancedb remote clients' (Python
+/// and TypeScript) and Lancet's own. Any other is refused by name, so that nothing a client
+/// asks for is silently dropped.
+const QUERY_FIELDS: &[&str] = &[
+    "identity",
+    "context",
+    "id",
+    "branch",
+    "version",
+    "vector",
+    "vector_column",
+    "distance_type",
+    "nprobes",
+    "minimum_nprobes",
+    "maximum_nprobes",
+    "ef",
+    "refine_factor",
+    "lower_bound",
+    "upper_bound",
+    "bypass_vector_index",
+    "approx_mode",
+    "full_text_query",
+    "filter",
+    "prefilter",
+    "k",
+    "limit",
+    "offset",
+    "order_by",
+    "columns",
+    "with_row_id",
+    "fast_search",
+    "use_lsm",
+];
+
 pub fn parse_distance(name: &str) -> ApiResult<DistanceType> {
     DistanceType::try_from(name.to_ascii_lowercase().as_str()).map_err(|_| {
         ApiError::invalid(format!(
@@ -290,9 +378,24 @@ pub struct QueryFields {
     columns: Option<ColumnsField>,
     with_row_id: Option<bool>,
     fast_search: Option<bool>,
+    /// Sort the answer by these columns before `k` and `offset` (lancedb's `order_by`).
+    order_by: Option<Vec<OrderField>>,
+    /// fast, normal or accurate: lance's speed / recall trade-off for a vector search.
+    approx_mode: Option<String>,
     /// Read the LSM tiers (memtables, flushed generations) of a table with an LSM write
     /// spec: the default for such a table; `false` reads its base table only.
     use_lsm: Option<bool>,
+}
+
+/// One `order_by` entry.
+#[derive(schemars::JsonSchema)]
+#[allow(dead_code)]
+struct OrderField {
+    column_name: String,
+    /// Default true.
+    ascending: Option<bool>,
+    /// Default false.
+    nulls_first: Option<bool>,
 }
 
 /// `vector`: the spec's object (one of the two), or a bare array (lancedb).
@@ -361,8 +464,13 @@ fn row_limit(body: &Value) -> ApiResult<Option<usize>> {
 }
 
 pub fn parse(body: &Value) -> ApiResult<QuerySpec> {
-    if !body.is_object() {
+    let Some(fields) = body.as_object() else {
         return Err(ApiError::invalid("the query body must be a JSON object"));
+    };
+    if let Some(unknown) = fields.keys().find(|k| !QUERY_FIELDS.contains(&k.as_str())) {
+        return Err(ApiError::invalid(format!(
+            "'{unknown}' is not a query field this server supports"
+        )));
     }
     let vector = match field(body, "vector") {
         Some(v) => parse_vector(v)?,
@@ -390,12 +498,18 @@ pub fn parse(body: &Value) -> ApiResult<QuerySpec> {
             lower_bound: float(body, "lower_bound")?,
             upper_bound: float(body, "upper_bound")?,
             bypass_vector_index: boolean(body, "bypass_vector_index")?.unwrap_or(false),
+            approx_mode: string(body, "approx_mode")?
+                .map(|m| parse_approx_mode(&m))
+                .transpose()?,
         }),
     };
     if vector.is_none() {
         // Validate these even without a vector, so a typo is not silently ignored.
         if let Some(d) = string(body, "distance_type")? {
             parse_distance(&d)?;
+        }
+        if let Some(m) = string(body, "approx_mode")? {
+            parse_approx_mode(&m)?;
         }
         uint(body, "nprobes")?;
     }
@@ -421,6 +535,10 @@ pub fn parse(body: &Value) -> ApiResult<QuerySpec> {
             .flatten(),
         with_row_id: boolean(body, "with_row_id")?.unwrap_or(false),
         fast_search: boolean(body, "fast_search")?.unwrap_or(false),
+        order_by: field(body, "order_by")
+            .map(parse_order_by)
+            .transpose()?
+            .flatten(),
         use_lsm: boolean(body, "use_lsm")?,
     })
 }
@@ -439,6 +557,26 @@ mod tests {
         assert!(!spec.vector.unwrap().multi);
         let spec = parse(&json!({"vector": {}, "k": 3})).unwrap();
         assert!(spec.vector.is_none());
+        // Geneva's plain read: an empty vector is no vector search.
+        let spec = parse(&json!({"vector": {"single_vector": []}, "k": 3})).unwrap();
+        assert!(spec.vector.is_none());
+        let spec = parse(&json!({"vector": [], "k": 3})).unwrap();
+        assert!(spec.vector.is_none());
+        let spec = parse(&json!({
+            "order_by": [{"column_name": "id", "ascending": false, "nulls_first": true}],
+            "vector": [1.0], "approx_mode": "accurate",
+        }))
+        .unwrap();
+        let order = spec.order_by.unwrap().remove(0);
+        assert_eq!(
+            (
+                order.column_name.as_str(),
+                order.ascending,
+                order.nulls_first
+            ),
+            ("id", false, true)
+        );
+        assert_eq!(spec.vector.unwrap().approx_mode, Some(ApproxMode::Accurate));
         let spec =
             parse(&json!({"full_text_query": {"columns": ["t"], "query": "hello"}})).unwrap();
         assert!(spec.fts.is_some());
@@ -464,6 +602,12 @@ mod tests {
         );
         assert!(parse(&json!({"use_lsm": 1})).is_err());
         assert!(parse(&json!({"vector": [1.0], "distance_type": "manhattan"})).is_err());
+        // Nothing a client sends is silently dropped.
+        let err = parse(&json!({"k": 3, "postfilter": true})).unwrap_err();
+        assert!(err.message.contains("'postfilter'"), "{}", err.message);
+        assert!(parse(&json!({"order_by": [{"column": "id"}]})).is_err());
+        assert!(parse(&json!({"order_by": "id"})).is_err());
+        assert!(parse(&json!({"approx_mode": "sloppy"})).is_err());
         assert!(parse(&json!({"full_text_query": {"string_query": {"query": "a"}, "structured_query": {"query": {"match": {"terms": "a"}}}}})).is_err());
     }
 }

@@ -91,13 +91,29 @@ pub async fn create(
         .ns()
         .create_table(request, body)
         .await
-        .map_err(ApiError::from)?;
+        .map_err(|e| already_exists_as_sdks_read_it(e.into()))?;
     target.catalog.invalidate(&target.id);
     if let Some(loc) = &response.location {
         app.store.forget(loc);
     }
     tracing::info!(table = %target.name(), rows = decoded.num_rows(), "table created");
     respond(response)
+}
+
+/// The lancedb SDKs' `create_table` (Python and TypeScript) recognises an existing table only
+/// as a 400 whose body says "already exists" (and then raises its own already-exists error, or
+/// opens the table under `exist_ok`); a 409 reaches their callers as an unknown HTTP error.
+/// The body's `code` stays `TableAlreadyExists` for the namespace clients.
+fn already_exists_as_sdks_read_it(err: ApiError) -> ApiError {
+    if err.code != lance_namespace::ErrorCode::TableAlreadyExists {
+        return err;
+    }
+    let message = if err.message.contains("already exists") {
+        err.message
+    } else {
+        format!("table already exists: {}", err.message)
+    };
+    ApiError { message, ..err }.with_status(axum::http::StatusCode::BAD_REQUEST)
 }
 
 fn json_param(

@@ -202,11 +202,16 @@ pub struct AlterBody {
     actions: Vec<Action>,
 }
 
+/// One action, in either spelling: the spec's generated clients send the model's camelCase
+/// aliases (`setPropertyAction`), others snake_case.
 #[derive(Deserialize, Default, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct Action {
+    #[serde(alias = "setStatusAction")]
     set_status_action: Option<SetStatus>,
+    #[serde(alias = "setPropertyAction")]
     set_property_action: Option<SetProperty>,
+    #[serde(alias = "unsetPropertyAction")]
     unset_property_action: Option<UnsetProperty>,
 }
 

@@ -6,6 +6,7 @@
 
 pub mod listing;
 pub mod names;
+mod placeholders;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -72,10 +73,13 @@ pub async fn prepare(
     let config = SessionConfig::new().with_information_schema(false);
     let ctx = SessionContext::new_with_config_rt(config, runtime);
     let state = ctx.state();
-    let statement = state
+    let mut statement = state
         .sql_to_statement(sql, &datafusion_common::config::Dialect::Generic)
         .map_err(|e| ApiError::invalid(format!("SQL: {e}")))?;
     read_only(&statement)?;
+    if let Statement::Statement(s) = &mut statement {
+        placeholders::number(s.as_mut())?;
+    }
     let refs = state
         .resolve_table_references(&statement)
         .map_err(|e| ApiError::invalid(format!("SQL: {e}")))?;

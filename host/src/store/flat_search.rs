@@ -87,6 +87,8 @@ async fn eligible(ds: &Dataset, spec: &QuerySpec, column: &str) -> ApiResult<Opt
         || spec.fts.is_some()
         || spec.filter.is_some()
         || spec.offset.is_some()
+        || spec.order_by.is_some()
+        || v.approx_mode.is_some()
         || spec.fast_search
     {
         return Ok(None);

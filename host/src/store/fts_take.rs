@@ -99,6 +99,7 @@ fn eligible(ds: &Dataset, spec: &QuerySpec) -> Option<Vec<String>> {
         || spec.vector.is_some()
         || spec.filter.is_some()
         || spec.offset.is_some_and(|o| o > 0)
+        || spec.order_by.is_some()
         || spec.k.is_none_or(|k| k > MAX_K)
     {
         return None;

@@ -30,6 +30,8 @@ pub struct VectorQuery {
     pub lower_bound: Option<f32>,
     pub upper_bound: Option<f32>,
     pub bypass_vector_index: bool,
+    /// lancedb's speed / recall trade-off (lance's `approx_mode`).
+    pub approx_mode: Option<lance_index::vector::ApproxMode>,
 }
 
 #[derive(Debug, Clone)]
@@ -49,17 +51,30 @@ pub struct QuerySpec {
     pub projection: Option<Projection>,
     pub with_row_id: bool,
     pub fast_search: bool,
+    /// Sort the answer by these columns (lancedb's `order_by`), before `k` and `offset`.
+    pub order_by: Option<Vec<lance::dataset::scanner::ColumnOrdering>>,
     /// lancedb's `use_lsm`: read the LSM tiers of a table with an LSM write spec (`None`:
     /// yes when it has one), or its base table only (`false`).
     pub use_lsm: Option<bool>,
 }
 
 impl QuerySpec {
-    /// The `k` a vector search runs with: the one asked for (default 10), but no more than the
-    /// table has rows. A search never answers more, and lance sizes its buffers by `k`: a
-    /// client's `k` of 2^53 made it allocate that many slots and the process abort.
+    /// The `k` a vector search runs with: the one asked for (default 10) plus `offset` (a page
+    /// past the first is the `k + offset` nearest rows less the first `offset`, as lancedb
+    /// pages), but no more than the table has rows. A search never answers more, and lance
+    /// sizes its buffers by `k`: a client's `k` of 2^53 made it allocate that many slots and
+    /// the process abort.
     pub fn vector_k(&self, ds: &Dataset) -> usize {
-        self.k.unwrap_or(10).min(row_bound(ds)).max(1)
+        self.nearest_k(row_bound(ds))
+    }
+
+    /// [`Self::vector_k`] for a source of at most `rows` rows.
+    pub fn nearest_k(&self, rows: usize) -> usize {
+        self.k
+            .unwrap_or(10)
+            .saturating_add(self.offset.unwrap_or(0))
+            .min(rows)
+            .max(1)
     }
 
     pub fn scanner(&self, ds: &Arc<Dataset>) -> ApiResult<Scanner> {
@@ -84,6 +99,9 @@ impl QuerySpec {
         }
         if let Some(p) = self.prefilter {
             scan.prefilter(p);
+        }
+        if let Some(order) = &self.order_by {
+            scan.order_by(Some(order.clone())).map_err(ApiError::from)?;
         }
         if let Some(fts) = &self.fts {
             scan.full_text_search(fts.clone()).map_err(ApiError::from)?;
@@ -118,6 +136,9 @@ impl QuerySpec {
             }
             if v.bypass_vector_index {
                 scan.use_index(false);
+            }
+            if let Some(mode) = v.approx_mode {
+                scan.approx_mode(mode);
             }
             if self.offset.is_some() {
                 scan.limit(None, self.offset.map(|o| o as i64))

@@ -40,6 +40,8 @@ pub(super) struct PythonUdf {
     /// A registered Function's result may differ from the column in nullability inside
     /// nested types only: cast rather than refused.
     pub(super) cast: bool,
+    /// Positions in `inputs` of parameters that take no null (see [`super::strict`]).
+    pub(super) strict: Vec<usize>,
 }
 
 struct WasmUdf {
@@ -132,6 +134,7 @@ impl VirtualColumns {
                     struct_field: def.struct_field.clone(),
                     inputs,
                     cast: false,
+                    strict: Vec::new(),
                 },
                 field.clone(),
             ));
@@ -237,12 +240,24 @@ fn udf_input(inputs: &[Field], batch: &RecordBatch) -> ApiResult<RecordBatch> {
 impl PythonUdf {
     fn compute(&self, tenant: &str, batch: &RecordBatch, field: &Field) -> ApiResult<Computed> {
         let input = udf_input(&self.inputs, batch)?;
+        let kept = super::strict::rows_to_call(&input, &self.strict);
+        let called = match &kept {
+            Some(kept) if arrow_array::Array::is_empty(kept) => {
+                return Ok(Computed {
+                    values: arrow_array::new_null_array(field.data_type(), batch.num_rows()),
+                    nulled: 0,
+                    failures: Vec::new(),
+                });
+            }
+            Some(kept) => super::strict::select(&input, kept)?,
+            None => input,
+        };
         let out = self
             .runtime
             .invoke_python(
                 &self.prepared,
                 tenant,
-                &input,
+                &called,
                 &self.result_type,
                 &self.limits,
             )
@@ -252,10 +267,17 @@ impl PythonUdf {
         } else {
             pick(&out.array, &self.struct_field, field)?
         };
+        let Some(kept) = kept else {
+            return Ok(Computed {
+                values,
+                nulled: out.nulled_rows as u64,
+                failures: out.failures,
+            });
+        };
         Ok(Computed {
-            values,
+            values: super::strict::spread(&values, &kept, batch.num_rows())?,
             nulled: out.nulled_rows as u64,
-            failures: out.failures,
+            failures: super::strict::failures_in_batch(out.failures, &kept),
         })
     }
 }

@@ -123,11 +123,14 @@ impl VirtualColumns {
                     o.metadata.clone().unwrap_or_default(),
                 ));
             }
-            let wanted = outputs_type(
-                declared_outputs
-                    .iter()
-                    .map(|(_, sf, t, nullable, _)| (sf.as_str(), t, *nullable)),
-            );
+            // One output is the UDF's value itself: upstream's clients fill its required
+            // `struct_field` with the column's name, so a lone output asks for a struct only
+            // of a UDF that returns one with that field (a Wasm module's declared type says;
+            // a Python function's value is taken as it is).
+            let single = declared_outputs.len() == 1;
+            let wanted = outputs_type(declared_outputs.iter().map(|(_, sf, t, nullable, _)| {
+                (if single { "" } else { sf.as_str() }, t, *nullable)
+            }));
             let checked = self.check(
                 ds.schema(),
                 &UdfRequest {
@@ -141,6 +144,13 @@ impl VirtualColumns {
                 },
                 wanted,
             )?;
+            if let [(_, struct_field, ..)] = declared_outputs.as_mut_slice() {
+                let has_child = matches!(&checked.output_type, DataType::Struct(children)
+                    if children.iter().any(|c| c.name() == struct_field.as_str()));
+                if !has_child {
+                    struct_field.clear();
+                }
+            }
             let outputs = if declared_outputs.is_empty() {
                 vec![(
                     name.clone(),

@@ -352,15 +352,8 @@ fn bind_inputs(
                 p.name
             ))
         })?;
-        // As the client checks every write against the binding: a null the Function was
-        // declared never to take must not be possible.
-        if column.is_nullable() && !p.nullable {
-            return Err(bad(format!(
-                "input column '{path}' is nullable, but parameter '{}' is not (declare it \
-                 Optional in the Function, or make the column non-nullable)",
-                p.name
-            )));
-        }
+        // A nullable column may feed a parameter that takes no null: rows where it is null
+        // are not called and answer null (see `strict`).
         // Recorded as the client described the column (what it checks writes against).
         let described = d.input_bindings.iter().find(|b| b.parameter == p.name);
         inputs.push((
@@ -627,6 +620,14 @@ impl VirtualColumns {
                 result_type: stored.signature.result_type()?,
                 struct_field,
                 cast: true,
+                strict: stored
+                    .signature
+                    .inputs
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| !p.nullable)
+                    .map(|(i, _)| i)
+                    .collect(),
             },
             field.clone(),
         ))

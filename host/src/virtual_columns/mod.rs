@@ -19,6 +19,7 @@ pub mod declared;
 mod define;
 pub mod function;
 mod python;
+mod strict;
 
 pub use backfill::{ColumnUdf, Computed};
 

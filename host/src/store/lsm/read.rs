@@ -70,6 +70,9 @@ impl Store {
         if spec.fast_search {
             return Err(refuse("fast_search"));
         }
+        if spec.order_by.is_some() {
+            return Err(refuse("order_by"));
+        }
         if spec.prefilter == Some(false) && (spec.vector.is_some() || spec.fts.is_some()) {
             return Err(refuse("prefilter=false"));
         }
@@ -115,13 +118,16 @@ impl Store {
             if v.bypass_vector_index {
                 return Err(refuse("bypass_vector_index"));
             }
+            if v.approx_mode.is_some() {
+                return Err(refuse("approx_mode"));
+            }
             let column = match &v.column {
                 Some(c) => c.clone(),
                 None => crate::store::default_vector_column_of(&scanner.schema())?,
             };
             let key = arrow_array::Float32Array::from(v.vectors[0].clone());
             scanner = scanner
-                .nearest(&column, &key, spec.k.unwrap_or(10).clamp(1, 1 << 20))
+                .nearest(&column, &key, spec.nearest_k(1 << 20))
                 .map_err(ApiError::from)?;
             if let Some(d) = v.distance_type {
                 scanner = scanner.distance_metric(d);
