@@ -14,6 +14,14 @@ import pytest
 ADMIN_KEY = "python-tests-admin-key"
 
 
+def ipc_stream(table: pa.Table) -> bytes:
+    """`table` as an Arrow IPC stream (what Arrow-body routes read)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
 class Lancet:
     def __init__(self, data_dir, args=(), env=None):
         self.data = data_dir
@@ -77,10 +85,7 @@ class Lancet:
         return self._arrow(f"/v1/table/{name}/insert", table)
 
     def _arrow(self, path, table: pa.Table):
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, table.schema) as w:
-            w.write_table(table)
-        return self.post(path, data=sink.getvalue().to_pybytes(), content_type="application/vnd.apache.arrow.stream")
+        return self.post(path, data=ipc_stream(table), content_type="application/vnd.apache.arrow.stream")
 
     def stop(self):
         self.proc.terminate()

@@ -15,6 +15,8 @@ import urllib.request
 import pyarrow as pa
 import pytest
 
+from conftest import ipc_stream as ipc
+
 import lance_namespace_urllib3_client.api as generated_api
 from lance_namespace_urllib3_client import ApiClient, Configuration
 from lance_namespace_urllib3_client.api import (
@@ -116,13 +118,6 @@ def test_route_table_matches_the_generated_clients_expectations(lancet):
 
 # ---------------------------------------------------------------------------------------------
 # Every operation, through the client.
-
-
-def ipc(table):
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as w:
-        w.write_table(table)
-    return sink.getvalue().to_pybytes()
 
 
 def rows(n, start=0):

@@ -7,6 +7,8 @@ import lance
 import lance_namespace
 import pyarrow as pa
 import pytest
+
+from conftest import ipc_stream as ipc
 from lance_namespace import (
     CountTableRowsRequest,
     CreateNamespaceRequest,
@@ -84,13 +86,6 @@ def test_rest_namespace_client_credentials_and_tenants(lancet):
     with pytest.raises(Exception) as err:
         reader.create_namespace(CreateNamespaceRequest(id=["nope"]))
     assert "403" in str(err.value) or "permission" in str(err.value).lower() or "forbidden" in str(err.value).lower()
-
-
-def ipc(table):
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as w:
-        w.write_table(table)
-    return sink.getvalue().to_pybytes()
 
 
 def test_rest_namespace_client_full_table_lifecycle(lancet):
