@@ -48,8 +48,12 @@ pub(super) fn spread(values: &ArrayRef, kept: &UInt32Array, total: usize) -> Api
 pub(super) fn failures_in_batch(failures: Vec<RowFailure>, kept: &UInt32Array) -> Vec<RowFailure> {
     let mut out: Vec<RowFailure> = Vec::new();
     for f in failures {
-        for pos in f.offset..f.offset + f.rows {
-            let row = kept.value(pos) as usize;
+        for pos in f.offset..f.offset.saturating_add(f.rows) {
+            // Offsets are into the called rows; one past them has no row to name.
+            let Some(&row) = kept.values().get(pos) else {
+                break;
+            };
+            let row = row as usize;
             match out.last_mut() {
                 Some(last)
                     if last.offset + last.rows == row
