@@ -387,3 +387,26 @@ def test_lancedb_error_kinds(lancet):
             assert "nosuch" in str(e), e
             assert "was not found" not in str(e) and "Schema { fields" not in str(e), e
     assert t.version == 1
+
+
+def test_lancedb_namespaces_drop_restrict_and_cascade(lancet):
+    """A namespace with a table: restrict refuses it (and says it is not empty), cascade drops
+    it with its table; an unknown behavior is refused by name."""
+    db = lancet.lancedb()
+    db.create_namespace(["team"])
+    assert "team" in db.list_namespaces().namespaces
+    db.create_table("inner", pa.table({"id": [1, 2]}), namespace_path=["team"])
+    assert list(db.table_names(namespace_path=["team"])) == ["inner"]
+    try:
+        db.drop_namespace(["team"])
+        raise AssertionError("dropped a namespace that holds a table")
+    except Exception as e:
+        assert "not empty" in str(e).lower() or "child" in str(e).lower(), e
+    assert "team" in db.list_namespaces().namespaces
+    try:
+        db.drop_namespace(["team"], behavior="sideways")
+        raise AssertionError("took an unknown behavior")
+    except Exception as e:
+        assert "sideways" in str(e).lower() or "behavior" in str(e).lower(), e
+    db.drop_namespace(["team"], behavior="cascade")
+    assert "team" not in db.list_namespaces().namespaces
