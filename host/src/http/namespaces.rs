@@ -249,3 +249,21 @@ pub async fn list_tables(
     }
     answer(target.catalog.list_tables(request).await)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::choice;
+
+    #[test]
+    fn drop_choices_take_any_case_and_a_quoted_string_and_refuse_the_rest() {
+        let behavior = |v| choice("behavior", Some(v), &["Restrict", "Cascade"]);
+        assert_eq!(behavior("cascade").unwrap().as_deref(), Some("Cascade"));
+        assert_eq!(behavior("\"Cascade\"").unwrap().as_deref(), Some("Cascade"));
+        assert_eq!(behavior("RESTRICT").unwrap().as_deref(), Some("Restrict"));
+        assert_eq!(choice("mode", None, &["Fail", "Skip"]).unwrap(), None);
+        let err = behavior("sideways").unwrap_err();
+        assert_eq!(err.status.as_u16(), 400);
+        assert!(err.message.contains("sideways") && err.message.contains("behavior"));
+        assert!(behavior("\"Sideways\"").is_err());
+    }
+}
