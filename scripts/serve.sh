@@ -11,4 +11,13 @@ if [ -z "${LANCET_PYTHON_RUNNER:-}" ]; then
   LANCET_PYTHON_RUNNER="$(bash scripts/build-python-runner.sh)" && export LANCET_PYTHON_RUNNER \
     || echo "== the Python UDF runner could not be built; Python UDFs are off" >&2
 fi
-exec cargo run --release --locked --bin lancet -- serve "$@"
+bin="$CARGO_TARGET_DIR/release/lancet"
+if [ ! -x "$bin" ]; then
+  echo "== building lancet (release): a first build takes about FIRST_BUILD on 2 cores; later" >&2
+  echo "   starts rebuild only what changed. cargo prints each crate as it compiles it." >&2
+fi
+start=$(date +%s)
+cargo build --release --locked --bin lancet
+took=$(( $(date +%s) - start ))
+[ "$took" -lt 60 ] || echo "== built in $((took / 60)) min $((took % 60)) s" >&2
+exec "$bin" serve "$@"

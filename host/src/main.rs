@@ -11,7 +11,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[derive(Parser)]
 #[command(
     name = "lancet",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("LANCET_COMMIT"), ")"),
     about = "A server for versioned Lance tables with Wasm UDF virtual columns"
 )]
 struct Cli {
