@@ -13,7 +13,7 @@ if [ -z "${LANCET_PYTHON_RUNNER:-}" ]; then
 fi
 bin="$CARGO_TARGET_DIR/release/lancet"
 if [ ! -x "$bin" ]; then
-  echo "== building lancet (release): a first build takes about FIRST_BUILD on 2 cores; later" >&2
+  echo "== building lancet (release): a first build takes 40-75 minutes on 2 cores; later" >&2
   echo "   starts rebuild only what changed. cargo prints each crate as it compiles it." >&2
 fi
 start=$(date +%s)

@@ -13,6 +13,28 @@ export LANCET_PLUGINS_DIR="${LANCET_PLUGINS_DIR:-$HOME/.cache/lancet-plugins-tar
 
 source scripts/setup.sh plugins
 
+# What only the client tests need (chromium, Node.js, the Python venv, the TypeScript SDK) is
+# network-bound: it is fetched in the background while the CPU-bound builds below run, and
+# waited for before the first test that needs it. Its output goes to a log, shown if it fails.
+export LANCET_VENV="${LANCET_VENV:-$HOME/.cache/lancet-venv}"
+prep_log="$(mktemp)"
+(
+  set -e
+  bash scripts/setup.sh clients
+  bash scripts/venv.sh
+  bash tests/ts/run.sh --install-only
+) >"$prep_log" 2>&1 &
+prep=$!
+trap 'kill "$prep" 2>/dev/null || true' EXIT
+wait_for_prep() {
+  if ! wait "$prep"; then
+    cat "$prep_log" >&2
+    echo "== installing the test clients failed (above)" >&2
+    exit 1
+  fi
+  cat "$prep_log" >&2
+}
+
 # A reused target directory keeps one incremental-compilation cache per crate and target per
 # compiler session; old ones are never read again (25 GB of them filled the disk here in a week).
 # Those untouched for two days go (cargo rebuilds what it needs).
@@ -33,12 +55,12 @@ if [ -z "${LANCET_PYTHON_RUNNER:-}" ]; then
 fi
 export LANCET_PYTHON_RUNNER
 
-# The venv holds moto, the S3 server the object-store tests start on loopback.
-export LANCET_VENV="${LANCET_VENV:-$HOME/.cache/lancet-venv}"
-bash scripts/venv.sh
-
 echo "== Rust tests"
 # Without the gcp/azure object-store clients (nothing here can test them; see host/Cargo.toml).
+# Built first, then run once the venv is there: it holds moto, the S3 server the object-store
+# tests start on loopback.
+cargo test --workspace --locked --no-default-features --no-run
+wait_for_prep
 cargo test --workspace --locked --no-default-features -- --test-threads=2
 # The Python tests run the server binary the tests above built: a plain `cargo build` would
 # compile the lancet crate again (dev-dependency features differ).

@@ -3,6 +3,7 @@
 # installs the pinned SDK into tests/ts/node_modules (from the lock; when npm refuses the lock,
 # as it may where a release's platform packages are not all served, from package.json's exact
 # pins), then runs node's test runner over tests/ts/*.test.mjs. LANCET_BIN names the server.
+# `--install-only`: install and stop (scripts/test.sh does so while the build runs).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 cd "$here"
@@ -15,4 +16,5 @@ if [ "$(cat node_modules/.lancet-installed 2>/dev/null)" != "$want" ]; then
   fi
   echo "$want" > node_modules/.lancet-installed
 fi
+[ "${1:-}" != --install-only ] || exit 0
 exec node --test --test-concurrency=2 ./*.test.mjs
