@@ -13,14 +13,15 @@ export LANCET_PLUGINS_DIR="${LANCET_PLUGINS_DIR:-$HOME/.cache/lancet-plugins-tar
 
 source scripts/setup.sh plugins
 
-# What only the client tests need (chromium, Node.js, the Python venv, the TypeScript SDK) is
-# network-bound: it is fetched in the background while the CPU-bound builds below run, and
+# What only the tests need (chromium, Node.js, the Python venv, the TypeScript SDK, ONNX Runtime
+# and the embedding model of scripts/models.sh) is network-bound: it is fetched in the background while the CPU-bound builds below run, and
 # waited for before the first test that needs it. Its output goes to a log, shown if it fails.
 export LANCET_VENV="${LANCET_VENV:-$HOME/.cache/lancet-venv}"
 prep_log="$(mktemp)"
 (
   set -e
   bash scripts/setup.sh clients
+  bash scripts/models.sh >/dev/null
   bash scripts/venv.sh
   bash tests/ts/run.sh --install-only
 ) >"$prep_log" 2>&1 &
