@@ -179,13 +179,17 @@ fn session(name: &str, bytes: &[u8], threads: usize) -> Result<Session, ModelErr
             "model '{name}': {MODEL_FILE} is not a model ONNX Runtime can load: {e}"
         ))
     };
-    let builder = Session::builder(environment).map_err(not_loaded)?;
-    let builder = builder
+    let options = |e: ort::Error<_>| {
+        ModelError::Runtime(format!("ONNX Runtime session options: {}", e.message()))
+    };
+    let mut builder = Session::builder(environment)
+        .map_err(not_loaded)?
         .with_optimization_level(GraphOptimizationLevel::All)
-        .and_then(|b| b.with_intra_threads(threads))
-        .and_then(|b| b.with_inter_threads(1))
-        .map_err(|e| ModelError::Runtime(format!("ONNX Runtime session options: {e}")))?;
-    let mut builder = builder;
+        .map_err(options)?
+        .with_intra_threads(threads)
+        .map_err(options)?
+        .with_inter_threads(1)
+        .map_err(options)?;
     builder.commit_from_memory(bytes).map_err(not_loaded)
 }
 
