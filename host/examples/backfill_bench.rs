@@ -268,7 +268,13 @@ async fn prepare(mode: &str, udf: &str, dir: &Path, n: usize) {
         ..Default::default()
     };
     app.virtual_columns
-        .add(&app.store, &location, None, vec![("out".into(), def)])
+        .add(
+            &app.store,
+            "bench",
+            &location,
+            None,
+            vec![("out".into(), def)],
+        )
         .await
         .unwrap();
 }

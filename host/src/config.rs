@@ -96,6 +96,41 @@ pub struct ServeConfig {
     /// with a 400 that says so and Wasm UDFs work as ever.
     #[arg(long, env = "LANCET_PYTHON_RUNNER")]
     pub python_runner: Option<PathBuf>,
+    /// ONNX Runtime's shared library (`libonnxruntime.so.1.31.x`), for embedding models.
+    /// Default: `$LANCET_CACHE_DIR/models/libonnxruntime.so.1.31.1` when it is there
+    /// (`bash scripts/models.sh` puts it there); without it models are refused with a 400 that
+    /// says so and everything else works.
+    #[arg(long, env = "LANCET_ONNXRUNTIME")]
+    pub onnxruntime: Option<PathBuf>,
+    /// Memory loaded embedding models may hold in all, in MiB (a model not in use is unloaded
+    /// to make room; past that a load is refused with 503).
+    #[arg(long, env = "LANCET_MODEL_MEMORY_MB", default_value_t = 2048)]
+    pub model_memory_mb: usize,
+    /// Calls one model runs at once, server-wide (each holds its own copy of the weights).
+    #[arg(long, env = "LANCET_MODEL_SESSIONS", default_value_t = 1)]
+    pub model_sessions: usize,
+    /// Threads one model call may use (kept low so inference leaves cores to queries).
+    #[arg(long, env = "LANCET_MODEL_THREADS", default_value_t = 1)]
+    pub model_threads: usize,
+    /// Wall-time limit of one model call, in milliseconds (ONNX Runtime stops the run).
+    #[arg(long, env = "LANCET_MODEL_TIMEOUT_MS", default_value_t = 30_000)]
+    pub model_timeout_ms: u64,
+    /// Texts in one model call.
+    #[arg(long, env = "LANCET_MODEL_MAX_ROWS", default_value_t = 1024)]
+    pub model_max_rows: usize,
+    /// Bytes of one text given to a model.
+    #[arg(long, env = "LANCET_MODEL_MAX_TEXT_BYTES", default_value_t = 65_536)]
+    pub model_max_text_bytes: usize,
+    /// Model calls one tenant runs at once.
+    #[arg(long, env = "LANCET_TENANT_MODEL_CONCURRENCY", default_value_t = 1)]
+    pub tenant_model_concurrency: usize,
+    /// Tokens one tenant may embed per second, sustained (0: no limit).
+    #[arg(
+        long,
+        env = "LANCET_TENANT_MODEL_TOKENS_PER_SEC",
+        default_value_t = 100_000
+    )]
+    pub tenant_model_tokens_per_sec: u64,
     /// A local auth file (API keys, token issuer) instead of the data root's
     /// `_auth/auth.toml` (a file of a local root, an object under an object-store root).
     #[arg(long, env = "LANCET_AUTH_FILE")]

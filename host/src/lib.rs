@@ -19,6 +19,7 @@ pub mod jobs;
 pub mod json_types;
 pub mod logging;
 pub mod metrics;
+pub mod models;
 pub mod object_cache;
 pub mod object_requests;
 pub mod root;
@@ -48,6 +49,8 @@ pub struct App {
     pub virtual_columns: VirtualColumns,
     /// Registered Functions and secrets (lancedb's registry).
     pub functions: functions::Functions,
+    /// Registered embedding models and the process's loaded ones.
+    pub models: std::sync::Arc<models::Models>,
     pub jobs: jobs::JobManager,
     /// Background compaction, index upkeep and version cleanup.
     pub upkeep: upkeep::Upkeep,

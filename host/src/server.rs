@@ -40,7 +40,13 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
              are always seen now"
         );
     }
-    let runtime = lancet_udf::Runtime::new(udf_config(config, &root))?;
+    let models = Arc::new(crate::models::Models::new(
+        root.clone(),
+        models_config(config),
+    ));
+    let mut udf = udf_config(config, &root);
+    udf.embedder = Some(models.clone());
+    let runtime = lancet_udf::Runtime::new(udf)?;
     if runtime.python_status().is_ok() {
         // Compiling the runner takes seconds (once per machine; loading it after, ~0.1 s):
         // done now, off the request path, so the first Python UDF does not wait for it.
@@ -97,13 +103,15 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
             store.lsm.set_reclaim_grace(config.lsm_reclaim_after);
             store
         },
-        virtual_columns: VirtualColumns::with_tenant_limits(Arc::new(runtime), &tenant_limits),
+        virtual_columns: VirtualColumns::with_tenant_limits(Arc::new(runtime), &tenant_limits)
+            .with_embedder(models.clone(), config.model_max_rows),
         functions: crate::functions::Functions::new(
             root.clone(),
             config.secret_key.as_deref(),
             config.package_index.as_deref(),
         )
         .map_err(|e| e.message)?,
+        models,
         jobs,
         upkeep: crate::upkeep::Upkeep::new(config.upkeep_policy(), config.upkeep_interval),
         metrics: Default::default(),
@@ -219,6 +227,28 @@ fn udf_config(config: &ServeConfig, root: &Arc<RootStore>) -> lancet_udf::Runtim
         cache_dir: python_dir,
     });
     udf
+}
+
+fn models_config(config: &ServeConfig) -> crate::models::ModelsConfig {
+    let default_library = machine_cache_dir().join("models/libonnxruntime.so.1.31.1");
+    crate::models::ModelsConfig {
+        onnxruntime: config
+            .onnxruntime
+            .clone()
+            .or_else(|| default_library.exists().then_some(default_library)),
+        memory_bytes: config.model_memory_mb << 20,
+        load: lancet_models::LoadOptions {
+            sessions: config.model_sessions.max(1),
+            intra_threads: config.model_threads.max(1),
+        },
+        call: lancet_models::CallLimits {
+            max_rows: config.model_max_rows.max(1),
+            max_text_bytes: config.model_max_text_bytes.max(1),
+            deadline: std::time::Duration::from_millis(config.model_timeout_ms.max(1)),
+        },
+        tenant_concurrency: config.tenant_model_concurrency.max(1),
+        tenant_tokens_per_sec: config.tenant_model_tokens_per_sec,
+    }
 }
 
 /// `$LANCET_CACHE_DIR`, else `~/.cache/lancet`.

@@ -67,6 +67,11 @@ impl ModelCache {
         Ok(model)
     }
 
+    /// The model `manifest` describes, if this process has it loaded.
+    pub fn loaded(&self, manifest: &Manifest) -> Option<Arc<Model>> {
+        self.touch(&manifest.digest())
+    }
+
     /// Bytes the loaded models hold.
     pub fn memory_bytes(&self) -> usize {
         self.lock()

@@ -13,6 +13,7 @@
 
 pub mod abi;
 mod config;
+pub mod embed;
 mod error;
 pub mod ipc;
 pub mod layout;
@@ -27,6 +28,7 @@ pub use error::UdfError;
 
 /// Everything a typical UDF needs in one `use`.
 pub mod prelude {
+    pub use crate::embed::{Embeddings, embed};
     pub use crate::map::{
         arg, for_each_str, map_f64, map_i64, map_str, map_str_bounded, map_str_to_f32s, map_values,
         struct_of, to_f64, to_i64, utf8_column, utf8_column_from_bytes, zip_f64, zip_values,

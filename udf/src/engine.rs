@@ -65,11 +65,14 @@ pub(crate) fn build_engine(limits: &Limits, pool_slots: u32) -> Result<(Engine, 
     }
 }
 
-/// Linker offering exactly the allow-listed imports: `lancet.log(ptr, len)`.
+/// Linker offering exactly the allow-listed imports: `lancet.log(ptr, len)`, and
+/// `lancet.embed` / `lancet.embed_take` (`crate::embed`).
 pub(crate) fn build_linker(engine: &Engine) -> Result<Linker<HostState>, UdfError> {
     let mut linker = Linker::new(engine);
     linker
         .func_wrap("lancet", "log", guest_log)
+        .and_then(|l| l.func_wrap("lancet", "embed", crate::embed::guest_embed))
+        .and_then(|l| l.func_wrap("lancet", "embed_take", crate::embed::guest_embed_take))
         .map_err(|e| UdfError::Internal(e.to_string()))?;
     Ok(linker)
 }

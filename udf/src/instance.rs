@@ -22,6 +22,8 @@ pub(crate) struct HostState {
     limiter: MemoryLimiter,
     pub(crate) last_log: Option<String>,
     pub(crate) log_lines_left: u32,
+    /// Who may answer `embed`, for which tenant, and its staged answer.
+    pub(crate) embed: crate::embed::EmbedContext,
 }
 
 /// Caps a store's linear memories; records whether the cap is what stopped the guest.
@@ -148,6 +150,7 @@ impl GuestInstance {
             limiter: MemoryLimiter::new(limits.max_memory_bytes, 1),
             last_log: None,
             log_lines_left: LOG_LINES_PER_CALL,
+            embed: Default::default(),
         };
         let mut store = Store::new(engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -168,6 +171,20 @@ impl GuestInstance {
             instance,
             entries: Vec::new(),
         })
+    }
+
+    /// The tenant the next calls are made for, and who runs models for its `embed` calls.
+    pub(crate) fn set_caller(
+        &mut self,
+        tenant: &str,
+        embedder: Option<std::sync::Arc<dyn crate::embed::HostEmbed>>,
+    ) {
+        let embed = &mut self.store.data_mut().embed;
+        if embed.tenant != tenant {
+            embed.tenant = tenant.to_string();
+        }
+        embed.embedder = embedder;
+        embed.staged = Vec::new();
     }
 
     fn arm(&mut self, limits: &Limits) {

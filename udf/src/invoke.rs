@@ -147,6 +147,7 @@ impl Runtime {
         limits: &Limits,
     ) -> Result<ArrayRef, UdfError> {
         let mut instance = self.checkout(udf, tenant, limits)?;
+        instance.set_caller(tenant, self.config().embedder.clone());
         let outcome = encode_input(chunk)
             .and_then(|input| instance.call(&udf.manifest.entry, input, limits, &udf.label));
         let inner = &self.inner;

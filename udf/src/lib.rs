@@ -17,6 +17,7 @@
 
 mod call_stats;
 mod codec;
+mod embed;
 mod engine;
 mod error;
 mod instance;
@@ -32,6 +33,7 @@ mod result_reader;
 mod runtime;
 
 pub use call_stats::CallStats;
+pub use embed::{HostEmbed, MAX_EMBED_REQUEST};
 pub use error::UdfError;
 pub use invoke::{InvokeOutput, RowFailure};
 pub use limits::{Limits, LimitsOverride};

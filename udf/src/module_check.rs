@@ -68,8 +68,12 @@ pub(crate) fn check_interface(module: &Module, entry: Option<&str>) -> Result<bo
     use ValType::{I32, I64};
     for import in module.imports() {
         let allowed = import.module() == "lancet"
-            && import.name() == "log"
-            && matches!(import.ty(), ExternType::Func(ty) if sig_matches(&ty, &[I32, I32], &[]));
+            && match (import.name(), import.ty()) {
+                ("log", ExternType::Func(ty)) => sig_matches(&ty, &[I32, I32], &[]),
+                ("embed", ExternType::Func(ty)) => sig_matches(&ty, &[I32, I32], &[I64]),
+                ("embed_take", ExternType::Func(ty)) => sig_matches(&ty, &[I32, I32], &[I32]),
+                _ => false,
+            };
         if !allowed {
             return Err(UdfError::ForbiddenImport {
                 module: import.module().to_string(),

@@ -46,6 +46,8 @@ pub struct RuntimeConfig {
     pub shared: Option<Arc<dyn SharedModules>>,
     /// The Python runner; `None`: Python UDFs are refused with a message saying so.
     pub python: Option<crate::PythonRunnerConfig>,
+    /// Answers guests' `embed` calls; `None`: they get an error saying no models run here.
+    pub embedder: Option<Arc<dyn crate::HostEmbed>>,
 }
 
 impl std::fmt::Debug for RuntimeConfig {
@@ -70,6 +72,7 @@ impl RuntimeConfig {
             max_idle_per_key: 8,
             shared: None,
             python: None,
+            embedder: None,
         }
     }
 }

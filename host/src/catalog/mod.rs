@@ -326,6 +326,58 @@ impl Catalog {
         Some(names)
     }
 
+    /// Every table below namespace `root` by its id relative to `root`: from the snapshot when
+    /// it can answer, else by walking the namespaces.
+    pub async fn walk_tables(
+        &self,
+        root: &[String],
+        include_declared: Option<bool>,
+    ) -> ApiResult<Vec<Vec<String>>> {
+        const SEP: &str = "\u{0}";
+        if include_declared != Some(false)
+            && let Some(names) = self.list_all_tables(root, SEP).await
+        {
+            return Ok(names
+                .into_iter()
+                .map(|n| n.split(SEP).map(str::to_string).collect())
+                .collect());
+        }
+        let mut names = Vec::new();
+        let mut pending: Vec<Vec<String>> = vec![Vec::new()];
+        while let Some(relative) = pending.pop() {
+            let mut id = root.to_vec();
+            id.extend(relative.iter().cloned());
+            let tables = self
+                .list_tables(ListTablesRequest {
+                    id: Some(id.clone()),
+                    include_declared,
+                    ..Default::default()
+                })
+                .await
+                .map_err(ApiError::from)?
+                .tables;
+            for t in tables {
+                let mut name = relative.clone();
+                name.push(t);
+                names.push(name);
+            }
+            let children = self
+                .list_namespaces(ListNamespacesRequest {
+                    id: Some(id),
+                    ..Default::default()
+                })
+                .await
+                .map_err(ApiError::from)?
+                .namespaces;
+            for child in children {
+                let mut next = relative.clone();
+                next.push(child);
+                pending.push(next);
+            }
+        }
+        Ok(names)
+    }
+
     /// `list_tables`, from the snapshot when it knows the namespace (and declared tables are
     /// not to be left out: that needs a look at each table's files).
     pub async fn list_tables(

@@ -136,7 +136,7 @@ pub async fn add(
         Adding::Sql(sql) => app.store.add_sql_columns(&location, branch, sql).await?,
         Adding::Virtual(v) => {
             app.virtual_columns
-                .add(&app.store, &location, branch, v)
+                .add(&app.store, target.caller.tenant(), &location, branch, v)
                 .await?
         }
         Adding::Computed(c) => declared::add_computed(&app.store, &location, branch, &c).await?,

@@ -20,6 +20,7 @@ mod jobs;
 mod json_rows;
 mod lsm;
 mod metadata;
+mod models;
 mod multipart;
 mod namespaces;
 pub mod openapi;
@@ -449,6 +450,13 @@ fn build() -> Routes {
     .post("/v1/jobs/query_events", Read, jobs::query_events)
     .answers(Answer::ArrowStream)
     // Functions and secrets (lancedb's registry)
+    // Embedding models (Lancet's own; per tenant)
+    .post("/v1/model/file", Write, models::upload_file)
+    .get("/v1/model/list", Read, models::list)
+    .post("/v1/model/{name}/create", Write, models::create)
+    .post("/v1/model/{name}/describe", Read, models::describe)
+    .post("/v1/model/{name}/drop", Write, models::drop)
+    .post("/v1/model/{name}/embed", Read, models::embed)
     .post("/v1/function/{id}/create", Write, functions::create)
     .post("/v1/function/{id}/describe", Read, functions::describe)
     .post("/v1/function/{id}/drop", Write, functions::drop)

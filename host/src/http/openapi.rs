@@ -93,6 +93,8 @@ pub enum Body {
     Json(SchemaFn),
     /// An Arrow IPC stream (or file), required.
     Arrow,
+    /// Any bytes (`application/octet-stream`), required: a model file.
+    Octets,
 }
 
 /// A success answer's shape.
@@ -482,6 +484,13 @@ fn operation(route: &RouteInfo, generator: &mut SchemaGenerator) -> Value {
                     "required": false,
                     "description": "JSON; an empty body is `{}`.",
                     "content": {"application/json": {"schema": schema(generator).to_value()}},
+                })
+            }
+            Body::Octets => {
+                out["requestBody"] = json!({
+                    "required": true,
+                    "description": "The file's bytes.",
+                    "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
                 })
             }
             Body::Arrow => {

@@ -89,12 +89,47 @@ pub async fn query(
     State(app): State<AppState>,
     target: Target,
     headers: HeaderMap,
-    JsonBody(query_body::QueryBody(body)): JsonBody<query_body::QueryBody>,
+    JsonBody(query_body::QueryBody(mut body)): JsonBody<query_body::QueryBody>,
 ) -> ApiResult<Response> {
+    if body.get("query_text").is_some() {
+        embed_query_text(&app, &target, &mut body).await?;
+    }
     let spec = query_body::parse(&body)?;
     let ds = dataset_for(&app, &target, &body).await?;
     // The read wakes many times: each wake polls it directly rather than through every stage.
     super::own_task::run(answer(app, target, headers, body, spec, ds)).await
+}
+
+/// Replaces `query_text` with the vector the searched column's model gives it (Lancet's own
+/// field: a text search of an embedding column, embedded by the server).
+async fn embed_query_text(app: &AppState, target: &Target, body: &mut Value) -> ApiResult<()> {
+    let Some(fields) = body.as_object_mut() else {
+        return Ok(()); // parse says what is wrong
+    };
+    let text = match fields.remove("query_text") {
+        Some(Value::String(t)) => t,
+        Some(Value::Null) => return Ok(()),
+        Some(_) => return Err(ApiError::invalid("query_text must be a string")),
+        None => return Ok(()),
+    };
+    if fields.get("vector").is_some_and(|v| !v.is_null()) {
+        return Err(ApiError::invalid(
+            "give vector or query_text, not both: query_text is embedded into the vector",
+        ));
+    }
+    let column = match fields.get("vector_column") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(c)) => Some(c.clone()),
+        Some(_) => return Err(ApiError::invalid("vector_column must be a string")),
+    };
+    let ds = dataset_for(app, target, body).await?;
+    let (column, vector) = app
+        .models
+        .embed_query(target.caller.tenant(), ds.schema(), column.as_deref(), text)
+        .await?;
+    body["vector"] = json!(vector);
+    body["vector_column"] = json!(column);
+    Ok(())
 }
 
 /// The query's answer: lance's (or the LSM scanner's) batches as Arrow IPC, or JSON rows.

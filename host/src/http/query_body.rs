@@ -281,6 +281,7 @@ const QUERY_FIELDS: &[&str] = &[
     "version",
     "vector",
     "vector_column",
+    "query_text",
     "distance_type",
     "nprobes",
     "minimum_nprobes",
@@ -356,6 +357,9 @@ pub struct QueryFields {
     /// The vector column (default: the only one).
     #[schemars(length(min = 1))]
     vector_column: Option<String>,
+    /// Lancet: text to search an embedding column with, embedded by the model that computed
+    /// the column (`vector_column`, or the table's only embedding column); instead of `vector`.
+    query_text: Option<String>,
     /// l2, cosine, dot or hamming.
     distance_type: Option<String>,
     nprobes: Option<u64>,
@@ -471,6 +475,12 @@ pub fn parse(body: &Value) -> ApiResult<QuerySpec> {
         return Err(ApiError::invalid(format!(
             "'{unknown}' is not a query field this server supports"
         )));
+    }
+    // The query route embeds it before parsing; elsewhere (plans) it is not read.
+    if fields.get("query_text").is_some_and(|t| !t.is_null()) {
+        return Err(ApiError::invalid(
+            "query_text is read by /query only: send the vector here",
+        ));
     }
     let vector = match field(body, "vector") {
         Some(v) => parse_vector(v)?,

@@ -6,8 +6,8 @@ use axum::response::Response;
 use bytes::Bytes;
 use lance_namespace::models::{
     CreateTableRequest, DeclareTableRequest, DeregisterTableRequest, DropTableRequest,
-    GetTableStatsRequest, ListNamespacesRequest, ListTablesRequest, RegisterTableRequest,
-    RenameTableRequest, RenameTableResponse,
+    GetTableStatsRequest, ListTablesRequest, RegisterTableRequest, RenameTableRequest,
+    RenameTableResponse,
 };
 use serde::Deserialize;
 use serde_json::json;
@@ -413,53 +413,13 @@ pub async fn list_all(target: Target) -> ApiResult<Response> {
         .unwrap_or("$")
         .to_string();
     let include_declared = target.params.bool("include_declared")?;
-    let catalog = &target.catalog;
-    let from_snapshot = match include_declared {
-        Some(false) => None,
-        _ => catalog.list_all_tables(&target.id, &delimiter).await,
-    };
-    if let Some(names) = from_snapshot {
-        let (tables, next) = paginate(
-            names.into_iter().map(|n| (n, ())).collect(),
-            limit,
-            token.as_deref(),
-        );
-        let tables: Vec<String> = tables.into_iter().map(|(n, _)| n).collect();
-        return Ok(reply(json!({ "tables": tables, "page_token": next })));
-    }
-    let mut names = Vec::new();
-    let mut pending: Vec<Vec<String>> = vec![Vec::new()];
-    while let Some(relative) = pending.pop() {
-        let mut id = target.id.clone();
-        id.extend(relative.iter().cloned());
-        let tables = catalog
-            .list_tables(ListTablesRequest {
-                id: Some(id.clone()),
-                include_declared,
-                ..Default::default()
-            })
-            .await
-            .map_err(ApiError::from)?
-            .tables;
-        for t in tables {
-            let mut name = relative.clone();
-            name.push(t);
-            names.push(name.join(&delimiter));
-        }
-        let children = catalog
-            .list_namespaces(ListNamespacesRequest {
-                id: Some(id),
-                ..Default::default()
-            })
-            .await
-            .map_err(ApiError::from)?
-            .namespaces;
-        for child in children {
-            let mut next = relative.clone();
-            next.push(child);
-            pending.push(next);
-        }
-    }
+    let names: Vec<String> = target
+        .catalog
+        .walk_tables(&target.id, include_declared)
+        .await?
+        .into_iter()
+        .map(|id| id.join(&delimiter))
+        .collect();
     let (tables, next) = paginate(
         names.into_iter().map(|n| (n, ())).collect(),
         limit,

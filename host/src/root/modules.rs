@@ -21,31 +21,32 @@ impl RootModules {
         Self { root, runtime }
     }
 
-    /// The runtime calls in from synchronous code, often on an async worker thread. There the
-    /// worker hands its queued tasks to another thread first (`block_in_place`): the store's
-    /// connection tasks may sit in its queue, and waiting on them without that never ends.
-    /// Elsewhere (a blocking-pool thread) it just waits. Only modules a node has not seen get
-    /// here, once each.
     fn block<T: Send>(
         &self,
         work: impl std::future::Future<Output = crate::error::ApiResult<T>> + Send,
     ) -> Result<T, String> {
-        use tokio::runtime::{Handle, RuntimeFlavor};
-        let result = match Handle::try_current().map(|h| h.runtime_flavor()) {
-            Ok(RuntimeFlavor::MultiThread) => {
-                tokio::task::block_in_place(|| self.runtime.block_on(work))
-            }
-            // A current-thread runtime cannot lend its thread: a thread of its own then.
-            Ok(_) => std::thread::scope(|s| {
-                s.spawn(|| self.runtime.block_on(work))
-                    .join()
-                    .unwrap_or_else(|_| {
-                        Err(crate::error::ApiError::internal("module fetch panicked"))
-                    })
-            }),
-            Err(_) => self.runtime.block_on(work),
-        };
-        result.map_err(|e| e.message)
+        block_on(&self.runtime, work).map_err(|e| e.message)
+    }
+}
+
+/// Runs async `work` to its end from synchronous code, often called on an async worker
+/// thread. There the worker hands its queued tasks to another thread first
+/// (`block_in_place`): the store's connection tasks may sit in its queue, and waiting on them
+/// without that never ends. Elsewhere (a blocking-pool thread) it just waits.
+pub fn block_on<T: Send>(
+    runtime: &tokio::runtime::Handle,
+    work: impl std::future::Future<Output = crate::error::ApiResult<T>> + Send,
+) -> crate::error::ApiResult<T> {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(|| runtime.block_on(work)),
+        // A current-thread runtime cannot lend its thread: a thread of its own then.
+        Ok(_) => std::thread::scope(|s| {
+            s.spawn(|| runtime.block_on(work))
+                .join()
+                .unwrap_or_else(|_| Err(crate::error::ApiError::internal("blocked task panicked")))
+        }),
+        Err(_) => runtime.block_on(work),
     }
 }
 

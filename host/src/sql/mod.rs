@@ -4,6 +4,7 @@
 //! statement can only ever see its own tenant's tables. Front ends (Flight SQL) hand in the
 //! caller and stream what [`Prepared::execute`] answers.
 
+mod embed;
 pub mod listing;
 pub mod names;
 mod placeholders;
@@ -72,6 +73,17 @@ pub async fn prepare(
     // only what the statement registered, which says nothing useful).
     let config = SessionConfig::new().with_information_schema(false);
     let ctx = SessionContext::new_with_config_rt(config, runtime);
+    // Only a statement that may call `embed` pays for listing the caller's models.
+    if sql.to_ascii_lowercase().contains("embed") {
+        let models = app.models.list(caller.tenant()).await?;
+        ctx.register_udf(
+            lance::deps::datafusion::logical_expr::ScalarUDF::new_from_impl(embed::Embed::new(
+                caller.tenant(),
+                app.models.clone(),
+                models,
+            )),
+        );
+    }
     let state = ctx.state();
     let mut statement = state
         .sql_to_statement(sql, &datafusion_common::config::Dialect::Generic)

@@ -24,6 +24,16 @@ enum Engine {
     Wasm(Box<WasmUdf>),
     Python(Box<PythonUdf>),
     Sql(SqlRule),
+    Model(Box<ModelUdf>),
+}
+
+/// An embedding column: its model, called through the server's registry.
+struct ModelUdf {
+    embedder: Arc<dyn super::embedding::Embedder>,
+    model: super::embedding::ModelRef,
+    /// The one text input column.
+    input_columns: Vec<String>,
+    rows_per_call: usize,
 }
 
 pub(super) struct PythonUdf {
@@ -116,6 +126,26 @@ impl VirtualColumns {
             })?;
             inputs.push(Field::new(name, f.data_type().clone(), true));
         }
+        if let Some(model) = &def.model {
+            if manifest.is_some_and(|m| !m.trim().is_empty()) {
+                return Err(ApiError::invalid(format!(
+                    "manifest: column '{column}' is an embedding column; its model computes it"
+                )));
+            }
+            let embedder = self
+                .embedder
+                .clone()
+                .ok_or_else(|| ApiError::invalid("this server runs no embedding models"))?;
+            return Ok(ColumnUdf {
+                engine: Engine::Model(Box::new(ModelUdf {
+                    embedder,
+                    model: model.clone(),
+                    input_columns: def.input_columns.clone(),
+                    rows_per_call: self.model_rows,
+                })),
+                field: field.clone(),
+            });
+        }
         if let Some(python) = &def.python {
             if manifest.is_some_and(|m| !m.trim().is_empty()) {
                 return Err(ApiError::invalid(format!(
@@ -177,6 +207,7 @@ impl ColumnUdf {
             Engine::Wasm(w) => &w.def.input_columns,
             Engine::Python(p) => &p.input_columns,
             Engine::Sql(rule) => rule.inputs(),
+            Engine::Model(m) => &m.input_columns,
         }
     }
 
@@ -184,7 +215,7 @@ impl ColumnUdf {
         match &self.engine {
             Engine::Wasm(w) => w.prepared.manifest().on_error == OnError::Null,
             Engine::Python(p) => p.prepared.spec().on_error == OnError::Null,
-            Engine::Sql(_) => false,
+            Engine::Sql(_) | Engine::Model(_) => false,
         }
     }
 
@@ -194,6 +225,7 @@ impl ColumnUdf {
             Engine::Wasm(w) => &w.prepared.manifest().module_sha256,
             Engine::Python(p) => p.prepared.source_sha256(),
             Engine::Sql(_) => "sql",
+            Engine::Model(m) => &m.model.digest,
         }
     }
 
@@ -203,6 +235,7 @@ impl ColumnUdf {
             Engine::Wasm(w) => w.prepared.label(),
             Engine::Python(p) => p.prepared.label(),
             Engine::Sql(rule) => rule.expression(),
+            Engine::Model(m) => &m.model.name,
         }
     }
 
@@ -212,6 +245,22 @@ impl ColumnUdf {
         match &self.engine {
             Engine::Wasm(w) => w.compute(tenant, batch, &self.field),
             Engine::Python(p) => p.compute(tenant, batch, &self.field),
+            Engine::Model(m) => {
+                let text = batch.column_by_name(&m.input_columns[0]).ok_or_else(|| {
+                    ApiError::internal(format!(
+                        "the backfill batch lacks '{}', the embedding column's input",
+                        m.input_columns[0]
+                    ))
+                })?;
+                super::embedding::compute(
+                    m.embedder.as_ref(),
+                    tenant,
+                    &m.model,
+                    text,
+                    &self.field,
+                    m.rows_per_call,
+                )
+            }
             Engine::Sql(rule) => Ok(Computed {
                 values: rule.evaluate(batch, &self.field)?,
                 nulled: 0,

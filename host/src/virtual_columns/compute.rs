@@ -151,6 +151,12 @@ impl VirtualColumns {
             fields.push(Field::new(name, col.data_type().clone(), true));
             arrays.push(col.clone());
         }
+        if let Some(model) = &def.model {
+            let text = arrays.first().ok_or_else(|| {
+                ApiError::internal(format!("embedding column '{}' has no input", field.name()))
+            })?;
+            return Ok(self.embed_column(tenant, model, text, field)?.values);
+        }
         let input =
             RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).map_err(ApiError::from)?;
         if let Some(python) = &def.python {

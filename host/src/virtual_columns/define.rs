@@ -105,6 +105,7 @@ impl VirtualColumns {
     pub async fn add(
         &self,
         store: &Store,
+        tenant: &str,
         location: &str,
         branch: Option<&str>,
         cols: Vec<(String, NewVirtual)>,
@@ -112,6 +113,10 @@ impl VirtualColumns {
         let ds = store.latest(location, branch).await?;
         let mut fields = Vec::new();
         for (name, v) in cols {
+            if super::embedding::is_model_backend(v.udf_backend.as_deref()) {
+                fields.push(self.embedding_field(tenant, ds.schema(), &name, &v).await?);
+                continue;
+            }
             let mut declared_outputs = Vec::new();
             for o in &v.outputs {
                 let declared = crate::json_types::parse_data_type(&o.data_type)?;
@@ -193,6 +198,7 @@ impl VirtualColumns {
                     struct_field,
                     group: group.clone(),
                     python: checked.python.clone(),
+                    model: None,
                 };
                 let mut md = user_metadata(v.field_metadata.as_ref())?;
                 md.extend(metadata);
@@ -229,6 +235,12 @@ impl VirtualColumns {
                 .ok_or_else(|| {
                     ApiError::invalid(format!("column '{path}' is not a virtual column"))
                 })?;
+            if old.model.is_some() || super::embedding::is_model_backend(v.udf_backend.as_deref()) {
+                return Err(ApiError::invalid(format!(
+                    "column '{path}': an embedding column cannot be altered into or out of a \
+                     model; drop the column and add it again"
+                )));
+            }
             let inputs = v
                 .input_columns
                 .clone()
@@ -326,7 +338,9 @@ impl VirtualColumns {
     }
 }
 
-fn user_metadata(md: Option<&HashMap<String, String>>) -> ApiResult<HashMap<String, String>> {
+pub(super) fn user_metadata(
+    md: Option<&HashMap<String, String>>,
+) -> ApiResult<HashMap<String, String>> {
     let md = md.cloned().unwrap_or_default();
     if let Some(k) = md.keys().find(|k| k.starts_with("lancet.")) {
         return Err(ApiError::invalid(format!(

@@ -11,12 +11,13 @@ use std::sync::Arc;
 
 use lancet_udf::{Limits, Runtime, UdfError};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ApiResult};
 
 mod backfill;
 mod compute;
 pub mod declared;
 mod define;
+pub mod embedding;
 pub mod function;
 mod python;
 mod strict;
@@ -94,6 +95,9 @@ pub struct Definition {
     /// A Python UDF's source and version (`udf_backend` "python"); `None` for Wasm.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub python: Option<python::PythonDef>,
+    /// An embedding column's model (`udf_backend` "model"); `None` otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<embedding::ModelRef>,
 }
 
 /// The type a column's UDF must return: the column's own, or for a multi-output UDF the
@@ -144,6 +148,10 @@ pub struct VirtualColumns {
     runtime: Arc<Runtime>,
     limits: Limits,
     tenant_limits: HashMap<String, Limits>,
+    /// Runs embedding columns' models; `None`: such columns are refused.
+    embedder: Option<Arc<dyn embedding::Embedder>>,
+    /// Texts per model call for embedding columns.
+    model_rows: usize,
 }
 
 impl VirtualColumns {
@@ -164,7 +172,22 @@ impl VirtualColumns {
             runtime,
             limits,
             tenant_limits,
+            embedder: None,
+            model_rows: 1,
         }
+    }
+
+    /// Embedding columns run their models through `embedder`, `rows` texts per call.
+    pub fn with_embedder(mut self, embedder: Arc<dyn embedding::Embedder>, rows: usize) -> Self {
+        self.embedder = Some(embedder);
+        self.model_rows = rows.max(1);
+        self
+    }
+
+    fn embedder(&self) -> ApiResult<&dyn embedding::Embedder> {
+        self.embedder
+            .as_deref()
+            .ok_or_else(|| ApiError::invalid("this server runs no embedding models"))
     }
 
     /// The limits every UDF call made for `tenant` runs under.

@@ -77,9 +77,32 @@ import locale  # noqa: F401
 
 import wit_world
 from componentize_py_types import Err
+from wit_world.imports import host as _host
 from wit_world.imports import types as t
 
 UDF_FILE = "/lancet-sandbox/udf.py"
+
+
+def _embed(model, texts):
+    """`lancet.embed(model, texts)`: one vector (a list of floats) per text, by the tenant's
+    registered model `model`, run by the host. Raises RuntimeError with the host's message."""
+    if isinstance(texts, str):
+        raise TypeError("lancet.embed takes a list of texts, not one string")
+    texts = list(texts)
+    if not all(isinstance(x, str) for x in texts):
+        raise TypeError("lancet.embed takes texts (str)")
+    try:
+        dimension, values = _host.embed(str(model), texts)
+    except Err as e:
+        raise RuntimeError(e.value) from None
+    return [values[i * dimension:(i + 1) * dimension] for i in range(len(texts))]
+
+
+# `import lancet` in a UDF finds this module (nothing is importable from files at run time).
+_lancet = type(sys)("lancet")
+_lancet.embed = _embed
+_lancet.__doc__ = "What the Lancet host offers a UDF: embed(model, texts)."
+sys.modules["lancet"] = _lancet
 INT_MIN, INT_MAX = -(1 << 63), (1 << 63) - 1
 
 

@@ -25,6 +25,30 @@ const COMPONENT_OBJECTS: usize = 128;
 
 pub(crate) struct PyState {
     limiter: MemoryLimiter,
+    /// The tenant calls are made for, and who answers its `lancet.embed` calls.
+    tenant: String,
+    embedder: Option<std::sync::Arc<dyn crate::HostEmbed>>,
+}
+
+impl bindings::lancet::python::types::Host for PyState {}
+
+impl bindings::lancet::python::host::Host for PyState {
+    fn embed(&mut self, model: String, texts: Vec<String>) -> Result<(u32, Vec<f32>), String> {
+        let embedder = self
+            .embedder
+            .clone()
+            .ok_or("this server runs no embedding models")?;
+        let (dimension, values) = embedder.embed(&self.tenant, &model, texts)?;
+        let dimension = u32::try_from(dimension).map_err(|_| "dimension too large")?;
+        Ok((dimension, values))
+    }
+}
+
+/// Offers the runner what it imports (`host`).
+pub(crate) fn add_imports(
+    linker: &mut wasmtime::component::Linker<PyState>,
+) -> wasmtime::Result<()> {
+    bindings::Runner::add_to_linker::<PyState, wasmtime::component::HasSelf<PyState>>(linker, |s| s)
 }
 
 pub(crate) struct PyInstance {
@@ -45,6 +69,8 @@ impl PyInstance {
     pub(crate) fn new(runner: &PythonRunner, limits: &Limits, udf: &str) -> Result<Self, UdfError> {
         let state = PyState {
             limiter: MemoryLimiter::new(limits.max_memory_bytes, COMPONENT_OBJECTS),
+            tenant: String::new(),
+            embedder: None,
         };
         let mut store = Store::new(&runner.engine, state);
         store.limiter(|s| &mut s.limiter);
@@ -54,6 +80,19 @@ impl PyInstance {
             .instantiate(&mut store)
             .map_err(|e| classify(e, &store.data().limiter, None, udf, limits))?;
         Ok(Self { store, runner })
+    }
+
+    /// The tenant the next calls are made for, and who runs models for its `embed` calls.
+    pub(crate) fn set_caller(
+        &mut self,
+        tenant: &str,
+        embedder: Option<std::sync::Arc<dyn crate::HostEmbed>>,
+    ) {
+        let state = self.store.data_mut();
+        if state.tenant != tenant {
+            state.tenant = tenant.to_string();
+        }
+        state.embedder = embedder;
     }
 
     fn arm(&mut self, limits: &Limits) {

@@ -258,12 +258,15 @@ impl Runtime {
             None => {
                 let runner = host.runner.get()?;
                 let mut i = PyInstance::new(&runner, limits, &udf.label)?;
+                // Module-level code may call `lancet.embed` while it loads.
+                i.set_caller(tenant, self.config().embedder.clone());
                 self.inner.counters.created.fetch_add(1, Ordering::Relaxed);
                 i.load(&udf.spec, limits, &udf.label)?
                     .map_err(UdfError::PythonSource)?;
                 i
             }
         };
+        instance.set_caller(tenant, self.config().embedder.clone());
         let stop_at_first = udf.spec.on_error == OnError::Fail;
         let kind = columns::kind_for(expected);
         let fields = columns::struct_fields(expected);

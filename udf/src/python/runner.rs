@@ -139,8 +139,11 @@ fn load(config: &PythonRunnerConfig) -> Result<PythonRunner, UdfError> {
         }
     };
     prune_compiled(&config.cache_dir, &cached);
-    // The runner imports nothing (built with every WASI import stubbed): an empty linker.
-    let linker: Linker<PyState> = Linker::new(&engine);
+    // The runner imports only `host` (built with every WASI import stubbed).
+    let mut linker: Linker<PyState> = Linker::new(&engine);
+    super::instance::add_imports(&mut linker).map_err(|e| {
+        UdfError::PythonUnavailable(format!("the runner's imports cannot be linked: {e:#}"))
+    })?;
     let pre = linker
         .instantiate_pre(&component)
         .and_then(RunnerPre::new)

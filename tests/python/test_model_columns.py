@@ -1,0 +1,223 @@
+"""Embedding columns and text queries through the real clients: a column computed by a
+registered model (defined with the spec's generated client, backfilled, and on insert with
+auto_backfill), read back with lancedb; a text query embedded by the server; `embed()` in SQL
+over Flight SQL (ADBC); and models called from inside UDFs: a Rust guest (`doc_embed`, through
+the SDK's `embed`) and a Python UDF (`lancet.embed`). Every vector is checked against the
+reference computed by Python's own onnxruntime (test_models.reference)."""
+import base64
+import json
+import tempfile
+import urllib.request
+
+import adbc_driver_flightsql as flightsql
+import adbc_driver_flightsql.dbapi as adbc
+import numpy as np
+import pyarrow as pa
+import pytest
+from lance_namespace_urllib3_client import ApiClient, Configuration
+from lance_namespace_urllib3_client.api import TableApi
+from lance_namespace_urllib3_client.models import (
+    AddColumnsEntry, AddVirtualColumnEntry, AddVirtualColumnOutputEntry,
+    AlterTableAddColumnsRequest, AlterTableBackfillColumnsRequest,
+)
+
+from conftest import Lancet
+from test_jobs import virtual_column
+from test_models import ONNX, ORT, TOKENIZER, call, manifest, read, reference, upload
+
+DIM = 384
+VECTOR = {"type": "fixed_size_list", "length": DIM,
+          "fields": [{"name": "item", "nullable": True, "type": {"type": "float32"}}]}
+DOCS = ["A cat sits on the mat.", "The stock market fell sharply today.", None,
+        "Kittens sleep a lot.", "Interest rates and bond yields rose.", ""]
+
+
+@pytest.fixture(scope="module")
+def server():
+    with tempfile.TemporaryDirectory() as d:
+        s = Lancet(d, args=["--onnxruntime", ORT, "--flight-addr", "127.0.0.1:0"])
+        try:
+            upload(s, read(ONNX))
+            upload(s, read(TOKENIZER))
+            status, answer = call(s, "/v1/model/minilm/create", manifest())
+            assert status == 200, answer
+            s.post("/v1/namespace/test/create")
+            yield s
+        finally:
+            s.stop()
+
+
+def cosines(got, texts):
+    want = reference(texts)
+    got = np.array(got, dtype=np.float32)
+    return (got * want).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
+
+
+def wait_job(server, job_id):
+    job = server.lancedb().open_job(job_id)
+    assert job.wait() is None, job.status()
+
+
+def query(server, table, body):
+    """A /query answer (Arrow IPC file) as a pyarrow Table."""
+    req = urllib.request.Request(server.base + f"/v1/table/{table}/query", data=json.dumps(body).encode(),
+                                 method="POST", headers={"content-type": "application/json",
+                                                         "authorization": f"Bearer {server.key}"})
+    with urllib.request.urlopen(req) as r:
+        return pa.ipc.open_file(pa.BufferReader(r.read())).read_all()
+
+
+def rows(server, table, columns):
+    db = server.lancedb()
+    return db.open_table(table).search().select(columns).limit(1000).to_arrow().to_pylist()
+
+
+def generated(server):
+    return TableApi(ApiClient(Configuration(host=server.base, access_token=server.key)))
+
+
+def model_column(name, auto_backfill=None):
+    return AddColumnsEntry(name=name, virtual_column=AddVirtualColumnEntry(
+        input_columns=["text"], udf_backend="model", udf_name="minilm", udf_version="",
+        udf="", image="", auto_backfill=auto_backfill,
+        outputs=[AddVirtualColumnOutputEntry(column=name, struct_field=name, data_type=VECTOR,
+                                             nullable=True)]))
+
+
+def test_embedding_column_backfilled_then_searched_by_text(server):
+    server.create_table("test$docs", pa.table({"id": list(range(len(DOCS))), "text": DOCS}))
+    api = generated(server)
+    api.alter_table_add_columns("test$docs", AlterTableAddColumnsRequest(new_columns=[model_column("vec")]))
+    job = api.alter_table_backfill_columns("test$docs", AlterTableBackfillColumnsRequest(column="vec"))
+    assert job.job_id
+    wait_job(server, job.job_id)
+    got = {r["id"]: r["vec"] for r in rows(server, "docs", ["id", "vec"])}
+    assert got[2] is None  # a null text gives a null vector
+    present = [i for i, t in enumerate(DOCS) if t is not None]
+    c = cosines([got[i] for i in present], [DOCS[i] for i in present])
+    assert c.min() >= 0.9999, c
+
+    # A text query: the server embeds it with the column's model and searches.
+    hits = query(server, "test$docs", {"query_text": "a small cat", "k": 2, "columns": ["id"]})
+    assert hits["id"].to_pylist()[0] in (0, 3) and set(hits["id"].to_pylist()) == {0, 3}, hits
+    # The same as searching with the vector computed outside Lancet.
+    vector = reference(["a small cat"])[0].tolist()
+    by_vector = query(server, "test$docs", {"vector": vector, "k": 2, "columns": ["id"]})
+    assert by_vector["id"].to_pylist() == hits["id"].to_pylist()
+    # lancedb's own vector search on the column agrees.
+    tbl = server.lancedb().open_table("docs")
+    ids = [r["id"] for r in tbl.search(vector, vector_column_name="vec").limit(2).to_list()]
+    assert ids == hits["id"].to_pylist()
+
+
+def test_text_query_errors_name_the_problem(server):
+    server.create_table("test$plain", pa.table({"id": [1], "text": ["x"]}))
+    for path, body, words in [
+        ("test$plain", {"query_text": "x", "k": 1}, "no embedding column"),
+        ("test$docs", {"query_text": "x", "vector": [0.0] * DIM, "k": 1}, "not both"),
+        ("test$docs", {"query_text": "x", "vector_column": "text", "k": 1}, "not an embedding column"),
+        ("test$docs", {"query_text": 5, "k": 1}, "must be a string"),
+    ]:
+        status, answer = call(server, f"/v1/table/{path}/query", body)
+        assert status == 400 and words in answer["error"], (body, answer)
+    status, answer = call(server, "/v1/table/test$docs/explain_plan", {"query": {"query_text": "x"}})
+    assert status == 400, answer
+
+
+def test_auto_backfill_computes_vectors_on_insert(server):
+    server.create_table("test$live", pa.table({"id": pa.array([], pa.int64()), "text": pa.array([], pa.string())}))
+    generated(server).alter_table_add_columns("test$live", AlterTableAddColumnsRequest(
+        new_columns=[model_column("vec", auto_backfill=True)]))
+    tbl = server.lancedb().open_table("live")
+    tbl.add(pa.table({"id": [1, 2], "text": ["Kittens sleep a lot.", None]}))
+    got = {r["id"]: r["vec"] for r in rows(server, "live", ["id", "vec"])}
+    assert got[2] is None
+    assert cosines([got[1]], ["Kittens sleep a lot."]).min() >= 0.9999
+
+
+def test_bad_embedding_columns_are_refused(server):
+    api = generated(server)
+    cases = [
+        (dict(udf_name="nope"), "not registered"),
+        (dict(input_columns=["id"]), "must be text"),
+        (dict(input_columns=["text", "id"]), "exactly one"),
+        (dict(udf="ZGVm"), "udf does not apply"),
+        (dict(udf_version="abc"), "not the digest"),
+    ]
+    for over, words in cases:
+        entry = model_column("bad").virtual_column.to_dict()
+        entry.update(over)
+        status, answer = call(server, "/v1/table/test$docs/add_columns",
+                              {"new_columns": [{"name": "bad", "virtual_column": entry}]})
+        assert status in (400, 404) and words in answer["error"], (over, answer)
+    wrong = {**VECTOR, "length": 8}
+    entry = model_column("bad").virtual_column.to_dict()
+    entry["outputs"][0]["data_type"] = wrong
+    status, answer = call(server, "/v1/table/test$docs/add_columns",
+                          {"new_columns": [{"name": "bad", "virtual_column": entry}]})
+    assert status == 400 and "384-dimensional" in answer["error"], answer
+    # A model a column computes with cannot be dropped.
+    status, answer = call(server, "/v1/model/minilm/drop")
+    assert status == 409 and "test.docs.vec" in answer["error"], answer
+
+
+def test_sql_embed_over_flight_sql(server):
+    with adbc.connect(server.flight, db_kwargs={
+            flightsql.DatabaseOptions.AUTHORIZATION_HEADER.value: f"Bearer {server.key}"},
+            autocommit=True) as conn:
+        cur = conn.cursor()
+        cur.execute("SELECT embed('minilm', 'a small cat') AS v")
+        v = cur.fetch_arrow_table()["v"].to_pylist()[0]
+        assert cosines([v], ["a small cat"]).min() >= 0.9999
+        cur.execute("SELECT id FROM test.docs WHERE vec IS NOT NULL "
+                    "ORDER BY array_distance(vec, embed('minilm', 'a small cat')) LIMIT 2")
+        assert set(cur.fetch_arrow_table()["id"].to_pylist()) == {0, 3}
+        with pytest.raises(Exception) as err:
+            cur.execute("SELECT embed('nope', 'x')")
+        assert "not registered" in str(err.value)
+
+
+def test_a_rust_guest_calls_embed(server):
+    server.create_table("test$guest", pa.table({
+        "id": [1, 2, 3], "title": ["Cats", None, None], "body": ["  sleep   a lot ", "Bond yields rose.", None]}))
+    column = virtual_column("doc_embed", "doc_embed", ["title", "body"],
+                            config={"model": "minilm", "dimension": str(DIM)})
+    server.post("/v1/table/test$guest/add_columns", {"new_columns": [{"name": "vec", "virtual_column": column}]})
+    wait_job(server, server.post("/v1/table/test$guest/backfill_column", {"column": "vec"})["job_id"])
+    got = {r["id"]: r["vec"] for r in rows(server, "guest", ["id", "vec"])}
+    assert got[3] is None
+    # The guest's own text preparation: parts joined with ". ", whitespace collapsed.
+    c = cosines([got[1], got[2]], ["Cats. sleep a lot", "Bond yields rose."])
+    assert c.min() >= 0.9999, c
+
+
+PY_UDF = '''
+import lancet
+
+def vec_norm_and_first(text):
+    [v] = lancet.embed("minilm", [text.strip().lower()])
+    return sum(x * x for x in v) ** 0.5 * 1000 + v[0]
+'''
+
+
+def test_a_python_udf_calls_embed(server):
+    server.create_table("test$py", pa.table({"id": [1, 2], "text": ["  A Cat  ", "Bonds"]}))
+    server.post("/v1/table/test$py/add_columns", {"new_columns": [{"name": "score", "virtual_column": {
+        "input_columns": ["text"], "udf_name": "vec_norm_and_first", "image": "python:3.11-slim",
+        "udf": base64.b64encode(PY_UDF.encode()).decode(),
+        "outputs": [{"column": "score", "struct_field": "score", "data_type": {"type": "double"}}]}}]})
+    wait_job(server, server.post("/v1/table/test$py/backfill_column", {"column": "score"})["job_id"])
+    got = {r["id"]: r["score"] for r in rows(server, "py", ["id", "score"])}
+    want = reference(["a cat", "bonds"])
+    for i, w in zip((1, 2), want):
+        assert abs(got[i] - (1000 * np.linalg.norm(w) + w[0])) < 1e-3, (got, w[0])
+    # An unknown model is the host's message, raised in Python: the job fails naming it.
+    server.create_table("test$py2", pa.table({"id": [1], "text": ["x"]}))
+    server.post("/v1/table/test$py2/add_columns", {"new_columns": [{"name": "score", "virtual_column": {
+        "input_columns": ["text"], "udf_name": "f", "image": "python:3.11-slim",
+        "udf": base64.b64encode(b"import lancet\ndef f(text):\n    return float(len(lancet.embed('nope', [text])))\n").decode(),
+        "outputs": [{"column": "score", "struct_field": "score", "data_type": {"type": "double"}}]}}]})
+    job = server.lancedb().open_job(server.post("/v1/table/test$py2/backfill_column", {"column": "score"})["job_id"])
+    with pytest.raises(Exception) as err:
+        job.wait()
+    assert "not registered" in str(err.value), err.value
