@@ -11,7 +11,8 @@
 //!   them) into guest memory; 0 on success, -1 when nothing of that length is staged or the
 //!   range is outside the guest's memory.
 //!
-//! The epoch deadline cannot interrupt a host call: the model's own deadline bounds it.
+//! The epoch deadline cannot interrupt a host call: the model's own deadline bounds it, and
+//! the time it takes is not counted against the guest's own limit (`engine::GuestClock`).
 
 use std::sync::Arc;
 
@@ -110,7 +111,10 @@ pub(crate) fn guest_embed(mut caller: Caller<'_, HostState>, ptr: i32, len: i32)
     let Some(embedder) = ctx.embedder else {
         return stage_error(&mut caller, "this server runs no embedding models".into());
     };
-    match embedder.embed(&ctx.tenant, &model, texts) {
+    let started = std::time::Instant::now();
+    let answer = embedder.embed(&ctx.tenant, &model, texts);
+    caller.data_mut().clock.add_host_time(started.elapsed());
+    match answer {
         Ok((dimension, values)) => {
             let mut out = Vec::with_capacity(4 + values.len() * 4);
             out.extend_from_slice(&(dimension as u32).to_le_bytes());

@@ -266,3 +266,66 @@ mod tests {
         drop(ticker);
     }
 }
+
+/// A guest call's own time: wall time since the call was armed, less the time spent in host
+/// calls (a model's `embed`), which the guest's limit does not count: each host call has its
+/// own deadline, and a batch the host embeds for a guest must not use up the guest's time.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GuestClock {
+    armed_at: std::time::Instant,
+    timeout: Duration,
+    host: Duration,
+}
+
+impl GuestClock {
+    pub(crate) fn new(timeout: Duration) -> Self {
+        Self {
+            armed_at: std::time::Instant::now(),
+            timeout,
+            host: Duration::ZERO,
+        }
+    }
+
+    /// A new call starts with `timeout` of guest time.
+    pub(crate) fn arm(&mut self, timeout: Duration) {
+        *self = Self::new(timeout);
+    }
+
+    pub(crate) fn add_host_time(&mut self, spent: Duration) {
+        self.host += spent;
+    }
+
+    /// At the epoch deadline: go on for the guest time left, or stop the guest (a trap its
+    /// caller reports as the time limit).
+    pub(crate) fn on_deadline(&self) -> wasmtime::UpdateDeadline {
+        let used = self.armed_at.elapsed().saturating_sub(self.host);
+        if used >= self.timeout {
+            wasmtime::UpdateDeadline::Interrupt
+        } else {
+            wasmtime::UpdateDeadline::Continue(deadline_ticks(self.timeout - used))
+        }
+    }
+}
+
+#[cfg(test)]
+mod clock_tests {
+    use super::*;
+
+    #[test]
+    fn host_time_is_not_the_guests() {
+        let mut c = GuestClock::new(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(30));
+        assert!(matches!(
+            c.on_deadline(),
+            wasmtime::UpdateDeadline::Interrupt
+        ));
+        // The same wall time, spent in a host call: the guest still has time left.
+        c.add_host_time(Duration::from_millis(30));
+        assert!(matches!(c.on_deadline(), wasmtime::UpdateDeadline::Continue(t) if t > 0));
+        c.arm(Duration::from_millis(20));
+        assert!(matches!(
+            c.on_deadline(),
+            wasmtime::UpdateDeadline::Continue(_)
+        ));
+    }
+}

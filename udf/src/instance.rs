@@ -6,7 +6,7 @@ use wasmtime::{Engine, InstancePre, Memory, ResourceLimiter, Store, Trap, TypedF
 
 use crate::UdfError;
 use crate::codec::EncodedInput;
-use crate::engine::{LOG_LINES_PER_CALL, deadline_ticks};
+use crate::engine::{GuestClock, LOG_LINES_PER_CALL, deadline_ticks};
 use crate::limits::Limits;
 
 const STATUS_OK: u8 = 0;
@@ -24,6 +24,8 @@ pub(crate) struct HostState {
     pub(crate) log_lines_left: u32,
     /// Who may answer `embed`, for which tenant, and its staged answer.
     pub(crate) embed: crate::embed::EmbedContext,
+    /// The call's own time, host calls excluded.
+    pub(crate) clock: GuestClock,
 }
 
 /// Caps a store's linear memories; records whether the cap is what stopped the guest.
@@ -151,10 +153,12 @@ impl GuestInstance {
             last_log: None,
             log_lines_left: LOG_LINES_PER_CALL,
             embed: Default::default(),
+            clock: GuestClock::new(limits.timeout),
         };
         let mut store = Store::new(engine, state);
         store.limiter(|s| &mut s.limiter);
         store.set_epoch_deadline(deadline_ticks(limits.timeout));
+        store.epoch_deadline_callback(|ctx| Ok(ctx.data().clock.on_deadline()));
         let instance = pre
             .instantiate(&mut store)
             .map_err(|e| instantiate_error(e, &mut store, udf, limits))?;
@@ -193,6 +197,7 @@ impl GuestInstance {
         state.limiter.hit = false;
         state.log_lines_left = LOG_LINES_PER_CALL;
         state.last_log = None;
+        state.clock.arm(limits.timeout);
         self.store
             .set_epoch_deadline(deadline_ticks(limits.timeout));
     }

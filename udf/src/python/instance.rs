@@ -5,7 +5,7 @@ use wasmtime::Store;
 use super::runner::PythonRunner;
 use super::spec::{Param, PythonSpec, Signature};
 use crate::UdfError;
-use crate::engine::deadline_ticks;
+use crate::engine::{GuestClock, deadline_ticks};
 use crate::instance::{MemoryLimiter, classify};
 use crate::limits::Limits;
 
@@ -28,6 +28,8 @@ pub(crate) struct PyState {
     /// The tenant calls are made for, and who answers its `lancet.embed` calls.
     tenant: String,
     embedder: Option<std::sync::Arc<dyn crate::HostEmbed>>,
+    /// The call's own time, host calls excluded.
+    clock: GuestClock,
 }
 
 impl bindings::lancet::python::types::Host for PyState {}
@@ -38,7 +40,10 @@ impl bindings::lancet::python::host::Host for PyState {
             .embedder
             .clone()
             .ok_or("this server runs no embedding models")?;
-        let (dimension, values) = embedder.embed(&self.tenant, &model, texts)?;
+        let started = std::time::Instant::now();
+        let answer = embedder.embed(&self.tenant, &model, texts);
+        self.clock.add_host_time(started.elapsed());
+        let (dimension, values) = answer?;
         let dimension = u32::try_from(dimension).map_err(|_| "dimension too large")?;
         Ok((dimension, values))
     }
@@ -71,10 +76,12 @@ impl PyInstance {
             limiter: MemoryLimiter::new(limits.max_memory_bytes, COMPONENT_OBJECTS),
             tenant: String::new(),
             embedder: None,
+            clock: GuestClock::new(limits.timeout),
         };
         let mut store = Store::new(&runner.engine, state);
         store.limiter(|s| &mut s.limiter);
         store.set_epoch_deadline(deadline_ticks(limits.timeout));
+        store.epoch_deadline_callback(|ctx| Ok(ctx.data().clock.on_deadline()));
         let runner = runner
             .pre
             .instantiate(&mut store)
@@ -97,6 +104,7 @@ impl PyInstance {
 
     fn arm(&mut self, limits: &Limits) {
         let state = self.store.data_mut();
+        state.clock.arm(limits.timeout);
         state.limiter.cap = limits.max_memory_bytes;
         state.limiter.hit = false;
         self.store
