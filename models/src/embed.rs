@@ -12,6 +12,10 @@ use crate::error::ModelError;
 use crate::manifest::Pooling;
 use crate::model::Model;
 
+/// Texts the graph runs at once: larger calls are split into runs of texts of similar length,
+/// so padding to a run's longest text costs little.
+pub const RUN_TEXTS: usize = 64;
+
 /// Bounds on one call, checked before any work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CallLimits {
@@ -84,8 +88,67 @@ struct Batch {
 }
 
 impl Model {
-    /// Embeds `texts`, one vector each, in order.
+    /// Embeds `texts`, one vector each, in order. A call of many texts runs the graph on
+    /// runs of [`RUN_TEXTS`] texts of similar length (each padded only to its own longest),
+    /// each run under the deadline.
     pub fn embed<S: AsRef<str>>(
+        &self,
+        texts: &[S],
+        limits: &CallLimits,
+    ) -> Result<Embeddings, ModelError> {
+        if texts.len() <= RUN_TEXTS {
+            return self.embed_run(texts, limits);
+        }
+        // The same checks as one run makes, on the whole call, before any work.
+        self.check_call(texts, limits)?;
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        order.sort_by_key(|&i| texts[i].as_ref().len());
+        let d = self.dimension();
+        let mut values = vec![0f32; texts.len() * d];
+        let mut tokens = 0;
+        for run in order.chunks(RUN_TEXTS) {
+            let part: Vec<&str> = run.iter().map(|&i| texts[i].as_ref()).collect();
+            let e = self.embed_run(&part, limits)?;
+            tokens += e.tokens;
+            for (k, &i) in run.iter().enumerate() {
+                values[i * d..(i + 1) * d].copy_from_slice(e.row(k));
+            }
+        }
+        Ok(Embeddings {
+            dimension: d,
+            values,
+            tokens,
+        })
+    }
+
+    fn check_call<S: AsRef<str>>(
+        &self,
+        texts: &[S],
+        limits: &CallLimits,
+    ) -> Result<(), ModelError> {
+        let name = &self.manifest().name;
+        if texts.len() > limits.max_rows {
+            return Err(ModelError::invalid(format!(
+                "model '{name}': {} texts in one call, more than the {} allowed",
+                texts.len(),
+                limits.max_rows
+            )));
+        }
+        if let Some((i, t)) = texts
+            .iter()
+            .enumerate()
+            .find(|(_, t)| t.as_ref().len() > limits.max_text_bytes)
+        {
+            return Err(ModelError::invalid(format!(
+                "model '{name}': text {i} holds {} bytes, more than the {} allowed",
+                t.as_ref().len(),
+                limits.max_text_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    fn embed_run<S: AsRef<str>>(
         &self,
         texts: &[S],
         limits: &CallLimits,

@@ -268,3 +268,23 @@ fn the_cache_loads_once_and_keeps_its_bound() {
         "model memory limit",
     );
 }
+
+#[test]
+fn large_calls_run_in_length_sorted_runs_and_keep_order() {
+    let m = model();
+    let texts: Vec<String> = (0..150)
+        .map(|i| format!("text {i} {}", "word ".repeat(i % 17)))
+        .collect();
+    let all = m.embed(&texts, &CallLimits::default()).unwrap();
+    assert_eq!(all.vectors(), 150);
+    for i in [0, 1, 63, 64, 99, 149] {
+        let alone = m.embed(&texts[i..=i], &CallLimits::default()).unwrap();
+        let c = cosine(all.row(i), alone.row(0));
+        assert!(c > 0.99999, "row {i}: {c}");
+    }
+    let too_long = vec!["x".repeat(70_000); 100];
+    invalid(
+        m.embed(&too_long, &CallLimits::default()).unwrap_err(),
+        "text 0 holds 70000 bytes",
+    );
+}
