@@ -6,6 +6,7 @@ the SDK's `embed`) and a Python UDF (`lancet.embed`). Every vector is checked ag
 reference computed by Python's own onnxruntime (test_models.reference)."""
 import base64
 import json
+import os
 import tempfile
 import urllib.request
 
@@ -221,3 +222,31 @@ def test_a_python_udf_calls_embed(server):
     with pytest.raises(Exception) as err:
         job.wait()
     assert "not registered" in str(err.value), err.value
+
+
+def test_the_readme_embedding_example_runs_as_written():
+    """README's "Embedding columns" block, as written (only the address and, when the suite
+    keeps models elsewhere, their folder replaced), on the tour's table."""
+    import pathlib
+    import re
+    import subprocess
+    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("## Embedding columns"):]
+    block = re.search(r"```sh\n(.*?)\n```", section, re.S).group(1)
+    with tempfile.TemporaryDirectory() as d:
+        s = Lancet(d, args=["--onnxruntime", ORT], env={"LANCET_BOOTSTRAP_KEY": "dev-key"})
+        try:
+            s.key = "dev-key"
+            s.post("/v1/namespace/tour/create")
+            s.create_table("tour$docs", pa.table({"id": [1, 2, 3], "text": [
+                "lance is a columnar format for machine learning",
+                "lancet serves lance tables over http", "a recipe for tomato soup"]}))
+            body = block.replace("http://127.0.0.1:8080", s.base).replace(
+                "~/.cache/lancet/models", os.path.dirname(os.path.dirname(ONNX)))
+            done = subprocess.run(["bash", "-euo", "pipefail", "-c", body], capture_output=True,
+                                  text=True, timeout=300)
+            assert done.returncode == 0, done.stderr
+            answer = json.loads(done.stdout[done.stdout.rindex('{"context"'):])
+            assert [r["id"] for r in answer["rows"]] == [3], answer
+        finally:
+            s.stop()

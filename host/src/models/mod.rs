@@ -276,8 +276,8 @@ impl Models {
             })?
             .map_err(|_| ApiError::internal("model slots closed"))?;
         let model = self.load(tenant, &stored.manifest).await?;
-        // Tokens are counted before the run (bytes / 4 bounds BERT-style tokens from above
-        // poorly; the texts' byte lengths cut to max_tokens each are what a call can cost).
+        // Tokens are counted before the run, estimated from each text's bytes (about three
+        // a word piece, plus [CLS] and [SEP]) and cut at max_tokens, as the model cuts it.
         let max_tokens = stored.manifest.max_tokens as u64;
         let estimate: u64 = texts
             .iter()
@@ -347,11 +347,6 @@ impl Models {
                 })
             })
             .clone()
-    }
-
-    /// Bytes the loaded models hold (for `/metrics`).
-    pub fn memory_bytes(&self) -> usize {
-        self.cache.memory_bytes()
     }
 
     /// The call limits, for messages and the OpenAPI text.
