@@ -2,8 +2,9 @@
 # Installs what a fresh machine lacks, by what it is for ($1):
 #   (none)    protoc, for lance's build (sourced by scripts/serve.sh and scripts/test.sh);
 #   plugins   also the wasm32 target, for the UDF plugins;
-#   clients   only Debian's chromium (the console's browser tests) and Debian's Node.js and npm
-#             (the TypeScript SDK's tests): scripts/test.sh runs this while the build runs.
+#   clients   only Debian's chromium (the console's browser tests), Debian's Node.js and npm
+#             (the TypeScript SDK's tests), bubblewrap and Debian's python3 (the native Python
+#             tier's sandbox and interpreter): scripts/test.sh runs this while the build runs.
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 if [ "${1:-}" != clients ] && ! command -v protoc >/dev/null 2>&1; then
@@ -24,4 +25,9 @@ if [ "${1:-}" = clients ] && ! { command -v node >/dev/null 2>&1 && command -v n
   echo "== installing Node.js and npm (the TypeScript SDK's tests run on them)" >&2
   as_root apt-get update -qq
   DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq nodejs npm >&2
+fi
+if [ "${1:-}" = clients ] && ! { command -v bwrap >/dev/null 2>&1 && [ -x /usr/bin/python3 ]; }; then
+  echo "== installing bubblewrap and python3 (the native Python tier's sandbox)" >&2
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq bubblewrap python3 >&2
 fi

@@ -1,0 +1,159 @@
+//! The worker protocol's framing: a kind byte, a little-endian u32 length, the payload. Every
+//! read and write waits at most until a deadline (poll(2) on non-blocking pipes), so a worker
+//! that hangs or stops reading cannot hold a host thread.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::time::{Duration, Instant};
+
+/// The largest frame either side sends (a batch's IPC bytes): bigger is a protocol error.
+pub(crate) const MAX_FRAME: usize = 1 << 30;
+
+/// What a frame holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Host to worker: the function to load (JSON).
+    Setup,
+    /// Host to worker: a batch to compute (Arrow IPC stream).
+    Batch,
+    /// Worker to host: loaded (JSON: the interpreter's version).
+    Ready,
+    /// Worker to host: a result (Arrow IPC stream, one column).
+    Output,
+    /// Worker to host: the function raised (JSON: message, row).
+    Error,
+}
+
+impl Kind {
+    fn byte(self) -> u8 {
+        match self {
+            Kind::Setup => b'S',
+            Kind::Batch => b'B',
+            Kind::Ready => b'R',
+            Kind::Output => b'O',
+            Kind::Error => b'E',
+        }
+    }
+
+    fn of(b: u8) -> io::Result<Self> {
+        Ok(match b {
+            b'S' => Kind::Setup,
+            b'B' => Kind::Batch,
+            b'R' => Kind::Ready,
+            b'O' => Kind::Output,
+            b'E' => Kind::Error,
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("unknown frame kind {b:#x}"),
+                ));
+            }
+        })
+    }
+}
+
+pub(crate) fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
+    let raw = fd.as_raw_fd();
+    // SAFETY: fcntl on a descriptor this process owns; no memory is passed.
+    let flags = unsafe { libc::fcntl(raw, libc::F_GETFL) };
+    if flags < 0 || unsafe { libc::fcntl(raw, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Waits until `fd` is ready for `events` or the deadline passes (`TimedOut`).
+fn wait(fd: BorrowedFd<'_>, events: libc::c_short, deadline: Instant) -> io::Result<()> {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        let mut pfd = libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events,
+            revents: 0,
+        };
+        let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+        // SAFETY: one valid pollfd for the duration of the call.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n > 0 {
+            return Ok(());
+        }
+    }
+}
+
+fn write_all(fd: BorrowedFd<'_>, mut data: &[u8], deadline: Instant) -> io::Result<()> {
+    while !data.is_empty() {
+        wait(fd, libc::POLLOUT, deadline)?;
+        // SAFETY: writes from a live slice.
+        let n = unsafe { libc::write(fd.as_raw_fd(), data.as_ptr().cast(), data.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) {
+                continue;
+            }
+            return Err(e);
+        }
+        data = &data[n as usize..];
+    }
+    Ok(())
+}
+
+fn read_exact(fd: BorrowedFd<'_>, mut buf: &mut [u8], deadline: Instant) -> io::Result<()> {
+    while !buf.is_empty() {
+        wait(fd, libc::POLLIN, deadline)?;
+        // SAFETY: reads into a live, writable slice.
+        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        buf = &mut buf[n as usize..];
+    }
+    Ok(())
+}
+
+pub(crate) fn send(fd: BorrowedFd<'_>, kind: Kind, payload: &[u8], deadline: Instant) -> io::Result<()> {
+    if payload.len() > MAX_FRAME {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "frame too large"));
+    }
+    let mut head = [0u8; 5];
+    head[0] = kind.byte();
+    head[1..].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    write_all(fd, &head, deadline)?;
+    write_all(fd, payload, deadline)
+}
+
+pub(crate) fn receive(fd: BorrowedFd<'_>, deadline: Instant) -> io::Result<(Kind, Vec<u8>)> {
+    let mut head = [0u8; 5];
+    read_exact(fd, &mut head, deadline)?;
+    let kind = Kind::of(head[0])?;
+    let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
+    if len > MAX_FRAME {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "frame too large"));
+    }
+    let mut payload = vec![0u8; len];
+    read_exact(fd, &mut payload, deadline)?;
+    Ok((kind, payload))
+}
+
+/// `now + d`, saturating far in the future.
+pub(crate) fn deadline(d: Duration) -> Instant {
+    Instant::now()
+        .checked_add(d)
+        .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365))
+}

@@ -1,0 +1,142 @@
+"""Lancet's native-tier worker: runs inside the bubblewrap sandbox, loads one function, then
+computes the batches the host sends. Protocol on the original stdin/stdout (frames of a kind
+byte, a little-endian u32 length and the payload); the function's own prints go to stderr.
+
+argv: site directories to add (the function's environment)."""
+import base64
+import json
+import os
+import pickle
+import struct
+import sys
+import traceback
+
+
+def _channel():
+    proto_in = os.fdopen(os.dup(0), "rb", buffering=0)
+    proto_out = os.fdopen(os.dup(1), "wb", buffering=0)
+    devnull = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(2, 1)  # print() must not write into the protocol
+    return proto_in, proto_out
+
+
+IN, OUT = _channel()
+
+
+def read_exact(n):
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = IN.read(n - len(buf))
+        if not chunk:
+            sys.exit(0)  # the host closed the pipe: done
+        buf += chunk
+    return bytes(buf)
+
+
+def receive():
+    kind, length = struct.unpack("<cI", read_exact(5))
+    return kind, read_exact(length)
+
+
+def send(kind, payload):
+    OUT.write(struct.pack("<cI", kind, len(payload)) + payload)
+
+
+def fail(message, row=None):
+    send(b"E", json.dumps({"message": message, "row": row}).encode())
+
+
+def describe(e):
+    return f"{type(e).__name__}: {e}"
+
+
+def load(setup):
+    if setup.get("pickle") is not None:
+        # The sandbox, not the pickle, is the boundary: a pickle runs code as it loads, as any
+        # function does when called.
+        obj = pickle.loads(base64.b64decode(setup["pickle"]))
+    else:
+        namespace = {"__name__": "__lancet_udf__"}
+        exec(compile(setup["source"], "<udf>", "exec"), namespace)
+        entry = setup["entry"]
+        if entry not in namespace:
+            raise NameError(f"the source defines no '{entry}'")
+        obj = namespace[entry]
+    if isinstance(obj, type):
+        obj = obj()  # a stateful function: set up once per worker, reused for every batch
+    if not callable(obj):
+        raise TypeError(f"'{setup['entry']}' is not callable")
+    return obj
+
+
+def compute(fn, mode, batch, out_type, pa):
+    n = batch.num_rows
+    if mode == "batch":
+        result = fn(*batch.columns)
+    elif mode == "record_batch":
+        result = fn(batch)
+    else:
+        columns = [c.to_pylist() for c in batch.columns]
+        result = []
+        for i in range(n):
+            args = [c[i] for c in columns]
+            if any(a is None for a in args):
+                result.append(None)  # a null input gives a null output
+                continue
+            try:
+                result.append(fn(*args))
+            except Exception as e:  # noqa: BLE001 - the user's function may raise anything
+                return None, (describe(e), i)
+    if isinstance(result, pa.ChunkedArray):
+        result = result.combine_chunks()
+    if isinstance(result, pa.Array):
+        if result.type != out_type:
+            result = result.cast(out_type)
+    else:
+        result = pa.array(result, type=out_type)
+    if len(result) != n:
+        raise ValueError(f"returned {len(result)} values for {n} rows")
+    return result, None
+
+
+def main():
+    import site
+    for d in sys.argv[1:]:
+        site.addsitedir(d)
+    kind, payload = receive()
+    assert kind == b"S", kind
+    setup = json.loads(payload)
+    for k, v in (setup.get("env") or {}).items():
+        os.environ[k] = v
+    try:
+        import pyarrow as pa
+        schema = pa.ipc.open_stream(pa.py_buffer(base64.b64decode(setup["output_schema"]))).schema
+        fn = load(setup)
+    except BaseException as e:  # noqa: BLE001 - report, then exit
+        fail(describe(e) + "\n" + traceback.format_exc(limit=-3))
+        return
+    version = "%d.%d.%d" % sys.version_info[:3]
+    send(b"R", json.dumps({"python": version}).encode())
+    out_type = schema.field(0).type
+    while True:
+        kind, payload = receive()
+        if kind != b"B":
+            fail(f"unexpected frame {kind!r}")
+            return
+        try:
+            batch = pa.ipc.open_stream(pa.py_buffer(payload)).read_next_batch()
+            result, error = compute(fn, setup["mode"], batch, out_type, pa)
+        except Exception as e:  # noqa: BLE001
+            fail(describe(e))
+            continue
+        if error:
+            fail(error[0], error[1])
+            continue
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, schema) as w:
+            w.write_batch(pa.RecordBatch.from_arrays([result], schema=schema))
+        send(b"O", sink.getvalue().to_pybytes())
+
+
+main()

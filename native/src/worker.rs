@@ -1,0 +1,314 @@
+//! One sandboxed interpreter holding one function.
+
+use std::io::Read;
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use arrow_array::{ArrayRef, RecordBatch};
+use arrow_schema::{DataType, Field, Schema, SchemaRef};
+use base64::Engine as _;
+
+use crate::frame::{self, Kind};
+use crate::{NativeError, Sandbox};
+
+/// The function's code, as the client sent it.
+#[derive(Debug, Clone)]
+pub enum Code {
+    /// Python source defining `entry` (a function, or a class set up once per worker).
+    Source {
+        /// The module text.
+        source: String,
+        /// The name it defines to call.
+        entry: String,
+    },
+    /// A pickled callable (cloudpickle's format, as Geneva and lancedb send functions); a
+    /// pickled class is set up once per worker like a source one.
+    Pickle {
+        /// The pickle's bytes.
+        bytes: Vec<u8>,
+    },
+}
+
+/// How the function is called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Once per row, with Python values; a null input gives a null output without a call.
+    Row,
+    /// Once per batch, with one `pyarrow.Array` per input column.
+    Batch,
+    /// Once per batch, with the input columns as one `pyarrow.RecordBatch`.
+    RecordBatch,
+}
+
+impl Mode {
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Row => "row",
+            Mode::Batch => "batch",
+            Mode::RecordBatch => "record_batch",
+        }
+    }
+}
+
+/// What a worker loads.
+#[derive(Debug, Clone)]
+pub struct FunctionSpec {
+    /// The code.
+    pub code: Code,
+    /// How it is called.
+    pub mode: Mode,
+    /// The type of the column it computes; results are cast to it or refused.
+    pub output: DataType,
+    /// Site directories (its installed requirements), bound read-only.
+    pub environment: Vec<PathBuf>,
+    /// Environment variables it sees.
+    pub env: Vec<(String, String)>,
+}
+
+/// The last bytes a worker wrote to its standard error (for error messages).
+#[derive(Default)]
+struct Tail(Vec<u8>);
+
+const TAIL: usize = 2048;
+
+impl Tail {
+    fn push(&mut self, data: &[u8]) {
+        self.0.extend_from_slice(data);
+        if self.0.len() > TAIL {
+            self.0.drain(..self.0.len() - TAIL);
+        }
+    }
+}
+
+/// A running sandboxed worker. Dropping it kills the sandbox (every process in it).
+pub struct Worker {
+    child: Child,
+    input: ChildStdin,
+    output: ChildStdout,
+    stderr: Arc<Mutex<Tail>>,
+    schema: SchemaRef,
+    python: String,
+    calls: u64,
+    call_timeout: Duration,
+    started: Instant,
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("pid", &self.child.id())
+            .field("python", &self.python)
+            .field("calls", &self.calls)
+            .finish()
+    }
+}
+
+impl Worker {
+    /// Starts a sandboxed interpreter and loads `spec` in it (imports included), within the
+    /// sandbox's start timeout.
+    pub fn start(sandbox: &Sandbox, spec: &FunctionSpec) -> Result<Worker, NativeError> {
+        let limits = sandbox.limits();
+        let dirs: Vec<String> = (0..spec.environment.len()).map(|i| format!("/env/{i}")).collect();
+        let mut args = vec!["-S", "-E", "-s", "-B", "/lancet/worker.py"];
+        args.extend(dirs.iter().map(String::as_str));
+        let (mut cmd, seccomp) = sandbox.command(&spec.environment, &args)?;
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| NativeError::Unavailable(format!("starting bubblewrap: {e}")))?;
+        drop(seccomp);
+        let input = child.stdin.take().expect("piped stdin");
+        let output = child.stdout.take().expect("piped stdout");
+        let mut err = child.stderr.take().expect("piped stderr");
+        frame::set_nonblocking(input.as_fd())?;
+        frame::set_nonblocking(output.as_fd())?;
+        let stderr = Arc::new(Mutex::new(Tail::default()));
+        let sink = stderr.clone();
+        std::thread::Builder::new()
+            .name("lancet-native-stderr".into())
+            .spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = err.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    sink.lock().unwrap_or_else(|p| p.into_inner()).push(&buf[..n]);
+                }
+            })?;
+        let schema = Arc::new(Schema::new(vec![Field::new("out", spec.output.clone(), true)]));
+        let mut worker = Worker {
+            child,
+            input,
+            output,
+            stderr,
+            schema,
+            python: String::new(),
+            calls: 0,
+            call_timeout: limits.call_timeout,
+            started: Instant::now(),
+        };
+        let setup = serde_json::json!({
+            "source": match &spec.code { Code::Source { source, .. } => Some(source), _ => None },
+            "entry": match &spec.code { Code::Source { entry, .. } => entry.as_str(), _ => "" },
+            "pickle": match &spec.code {
+                Code::Pickle { bytes } => Some(base64::engine::general_purpose::STANDARD.encode(bytes)),
+                _ => None,
+            },
+            "mode": spec.mode.name(),
+            "output_schema": base64::engine::general_purpose::STANDARD.encode(schema_bytes(&worker.schema)?),
+            "env": spec.env.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
+        });
+        let deadline = frame::deadline(limits.start_timeout);
+        let answer = frame::send(worker.input.as_fd(), Kind::Setup, setup.to_string().as_bytes(), deadline)
+            .and_then(|()| frame::receive(worker.output.as_fd(), deadline));
+        match answer {
+            Ok((Kind::Ready, body)) => {
+                #[derive(serde::Deserialize)]
+                struct Ready {
+                    python: String,
+                }
+                let ready: Ready = serde_json::from_slice(&body)
+                    .map_err(|e| NativeError::Load(format!("worker's ready message: {e}")))?;
+                worker.python = ready.python;
+                Ok(worker)
+            }
+            Ok((Kind::Error, body)) => Err(NativeError::Load(guest_message(&body).1)),
+            Ok((kind, _)) => Err(NativeError::Load(format!("unexpected {kind:?} from the worker"))),
+            Err(e) => Err(worker.failure(e, limits.start_timeout)),
+        }
+    }
+
+    /// The worker's Python version (`3.11.2`).
+    pub fn python_version(&self) -> &str {
+        &self.python
+    }
+
+    /// Batches computed so far.
+    pub fn calls(&self) -> u64 {
+        self.calls
+    }
+
+    /// How long the worker has been running.
+    pub fn age(&self) -> Duration {
+        self.started.elapsed()
+    }
+
+    /// Computes `batch` (the function's input columns): one value per row, of the output
+    /// type. After an error other than [`NativeError::worker_survives`] the worker is dead.
+    pub fn call(&mut self, batch: &RecordBatch) -> Result<ArrayRef, NativeError> {
+        let mut ipc = Vec::new();
+        {
+            let mut w = arrow_ipc::writer::StreamWriter::try_new(&mut ipc, &batch.schema())
+                .map_err(|e| NativeError::Io(std::io::Error::other(e)))?;
+            w.write(batch).map_err(|e| NativeError::Io(std::io::Error::other(e)))?;
+            w.finish().map_err(|e| NativeError::Io(std::io::Error::other(e)))?;
+        }
+        let deadline = frame::deadline(self.call_timeout);
+        let answer = frame::send(self.input.as_fd(), Kind::Batch, &ipc, deadline)
+            .and_then(|()| frame::receive(self.output.as_fd(), deadline));
+        self.calls += 1;
+        match answer {
+            Ok((Kind::Output, body)) => self.decode(&body, batch.num_rows()),
+            Ok((Kind::Error, body)) => {
+                let (row, message) = guest_message(&body);
+                Err(NativeError::Guest { row, message })
+            }
+            Ok((kind, _)) => {
+                self.kill();
+                Err(NativeError::Load(format!("unexpected {kind:?} from the worker")))
+            }
+            Err(e) => Err(self.failure(e, self.call_timeout)),
+        }
+    }
+
+    /// The result, checked: one column of the output type, one value per input row.
+    fn decode(&self, body: &[u8], rows: usize) -> Result<ArrayRef, NativeError> {
+        let bad = |m: String| NativeError::Result(m);
+        let mut reader = arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(body), None)
+            .map_err(|e| bad(format!("not an Arrow IPC stream: {e}")))?;
+        if reader.schema().fields() != self.schema.fields() {
+            return Err(bad(format!("schema {:?}, not {:?}", reader.schema(), self.schema)));
+        }
+        let out = reader
+            .next()
+            .ok_or_else(|| bad("no batch".into()))?
+            .map_err(|e| bad(format!("unreadable batch: {e}")))?;
+        if out.num_rows() != rows {
+            return Err(bad(format!("{} values for {rows} rows", out.num_rows())));
+        }
+        Ok(out.column(0).clone())
+    }
+
+    /// What a failed read or write means: a deadline passed (the sandbox is killed), or the
+    /// worker died (how, and its last words).
+    fn failure(&mut self, e: std::io::Error, timeout: Duration) -> NativeError {
+        if e.kind() == std::io::ErrorKind::TimedOut {
+            self.kill();
+            return NativeError::Timeout(timeout);
+        }
+        // It closed its pipe: give it a moment to exit, then say how it ended.
+        let until = Instant::now() + Duration::from_secs(2);
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(10)),
+                _ => break None,
+            }
+        };
+        self.kill();
+        // Let the stderr thread take the last words.
+        std::thread::sleep(Duration::from_millis(20));
+        let tail = self.stderr.lock().unwrap_or_else(|p| p.into_inner());
+        let text = String::from_utf8_lossy(&tail.0);
+        let last: Vec<&str> = text.lines().rev().take(6).collect();
+        let detail = if last.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", last.into_iter().rev().collect::<Vec<_>>().join(" | "))
+        };
+        NativeError::Killed {
+            status: status.map_or_else(|| format!("{e}"), |s| s.to_string()),
+            detail,
+        }
+    }
+
+    /// Kills the sandbox: bwrap dies, its child (pid 1 of the sandbox) gets SIGKILL from
+    /// `--die-with-parent`, and the kernel ends every process in that pid namespace.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn schema_bytes(schema: &Schema) -> Result<Vec<u8>, NativeError> {
+    let mut out = Vec::new();
+    let mut w = arrow_ipc::writer::StreamWriter::try_new(&mut out, schema)
+        .map_err(|e| NativeError::Io(std::io::Error::other(e)))?;
+    w.finish().map_err(|e| NativeError::Io(std::io::Error::other(e)))?;
+    drop(w);
+    Ok(out)
+}
+
+/// `(row, message)` of an error frame.
+fn guest_message(body: &[u8]) -> (Option<usize>, String) {
+    #[derive(serde::Deserialize)]
+    struct E {
+        message: String,
+        row: Option<usize>,
+    }
+    match serde_json::from_slice::<E>(body) {
+        Ok(e) => (e.row, e.message),
+        Err(_) => (None, String::from_utf8_lossy(body).into_owned()),
+    }
+}
