@@ -253,6 +253,35 @@ pub struct ServeConfig {
     /// Function that asks for pip packages is refused with a 400 that says so.
     #[arg(long, env = "LANCET_PACKAGE_INDEX")]
     pub package_index: Option<String>,
+    /// The CPython the native Python tier runs (e.g. `/usr/bin/python3`), each worker in a
+    /// bubblewrap sandbox. Without it the tier is off; with it, only tenants whose auth-file
+    /// settings say `native_python = true` may use it (see docs/native-python.md).
+    #[arg(long, env = "LANCET_NATIVE_PYTHON")]
+    pub native_python: Option<PathBuf>,
+    /// The bubblewrap binary the native tier starts workers with.
+    #[arg(long, env = "LANCET_BWRAP", default_value = "bwrap")]
+    pub bwrap: PathBuf,
+    /// A Python with pip that installs native functions' requirements (default: the
+    /// `--native-python` itself), from `--package-index` when given.
+    #[arg(long, env = "LANCET_NATIVE_INSTALLER")]
+    pub native_installer: Option<PathBuf>,
+    /// Where native functions' environments are built, one directory per requirement set
+    /// (workers run as other uids: it must be readable by all users).
+    #[arg(
+        long,
+        env = "LANCET_NATIVE_DIR",
+        default_value = "/var/tmp/lancet-native"
+    )]
+    pub native_dir: PathBuf,
+    /// Address space of each process of a native worker, in MiB.
+    #[arg(long, env = "LANCET_NATIVE_MEMORY_MB", default_value_t = 2048)]
+    pub native_memory_mb: u64,
+    /// Wall-time limit of one native batch, in milliseconds (the worker is killed past it).
+    #[arg(long, env = "LANCET_NATIVE_TIMEOUT_MS", default_value_t = 60_000)]
+    pub native_timeout_ms: u64,
+    /// Warm native workers kept per (tenant, function).
+    #[arg(long, env = "LANCET_NATIVE_WORKERS", default_value_t = 2)]
+    pub native_workers: usize,
 }
 
 /// Log line format.
@@ -335,6 +364,10 @@ pub struct TenantSettings {
     /// Background upkeep knobs replacing the server's `--upkeep-*` flags.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upkeep: Option<crate::upkeep::UpkeepOverride>,
+    /// Whether this tenant may run native Python UDFs (`udf_backend: "python-native"`):
+    /// off unless set (see docs/native-python.md for what that tier does and does not isolate).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub native_python: bool,
 }
 
 pub type TenantTable = BTreeMap<String, TenantSettings>;

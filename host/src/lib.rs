@@ -20,6 +20,7 @@ pub mod json_types;
 pub mod logging;
 pub mod metrics;
 pub mod models;
+pub mod native;
 pub mod object_cache;
 pub mod object_requests;
 pub mod root;

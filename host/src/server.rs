@@ -33,7 +33,12 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
     // A missing bucket or bad credentials stop the start, rather than fail every request.
     root.list(crate::auth::source::AUTH_DIR).await?;
     let node_id = node_id(config);
-    let (auth, tenant_limits) = authenticator(config, &root).await?;
+    let (auth, tenant_settings) = authenticator(config, &root).await?;
+    let tenant_limits: TenantLimits = tenant_settings
+        .iter()
+        .filter_map(|(t, s)| Some((t.clone(), s.udf.clone()?)))
+        .collect();
+    let native = crate::native::NativeTier::open(config, &tenant_settings);
     if config.shared_root.is_some() {
         tracing::warn!(
             "--shared-root / LANCET_SHARED_ROOT is ignored: catalog changes by other processes \
@@ -104,7 +109,8 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
             store
         },
         virtual_columns: VirtualColumns::with_tenant_limits(Arc::new(runtime), &tenant_limits)
-            .with_embedder(models.clone(), config.model_max_rows),
+            .with_embedder(models.clone(), config.model_max_rows)
+            .with_native(native),
         functions: crate::functions::Functions::new(
             root.clone(),
             config.secret_key.as_deref(),
@@ -164,7 +170,7 @@ type TenantLimits = std::collections::HashMap<String, lancet_udf::LimitsOverride
 async fn authenticator(
     config: &ServeConfig,
     root: &Arc<RootStore>,
-) -> anyhow_like::Result<(Authenticator, TenantLimits)> {
+) -> anyhow_like::Result<(Authenticator, crate::config::TenantTable)> {
     let source = AuthSource::of(root, config.auth_file.as_deref());
     let (file, _) = source.load().await?;
     let bootstrap = std::env::var("LANCET_BOOTSTRAP_KEY").ok();
@@ -191,12 +197,7 @@ async fn authenticator(
     }
     let (file, _) = source.load().await?;
     let keys = KeyRing::open(Some(source), bootstrap).await?;
-    let limits = file
-        .tenants
-        .iter()
-        .filter_map(|(t, s)| Some((t.clone(), s.udf.clone()?)))
-        .collect();
-    Ok((Authenticator::new(keys, file.jwt.as_ref())?, limits))
+    Ok((Authenticator::new(keys, file.jwt.as_ref())?, file.tenants))
 }
 
 /// Modules are stored content-addressed under the root (`_udfs/modules`). A local root is

@@ -100,9 +100,21 @@ impl Environments {
 
     fn pip(&self, target: &Path, requirements: &[String]) -> Result<(), NativeError> {
         let mut cmd = Command::new(&self.installer);
-        cmd.args(["-m", "pip", "install", "--quiet", "--no-input", "--disable-pip-version-check"])
-            .args(["--only-binary=:all:", "--python-version", &self.python_minor, "--target"])
-            .arg(target);
+        cmd.args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-input",
+            "--disable-pip-version-check",
+        ])
+        .args([
+            "--only-binary=:all:",
+            "--python-version",
+            &self.python_minor,
+            "--target",
+        ])
+        .arg(target);
         if let Some(url) = &self.index_url {
             cmd.args(["--index-url", url]);
         }
@@ -136,8 +148,15 @@ impl Environments {
         };
         let err = reader.join().unwrap_or_default();
         if !status.success() {
-            let last: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).rev().take(4).collect();
-            return Err(NativeError::Environment(last.into_iter().rev().collect::<Vec<_>>().join(" | ")));
+            let last: Vec<&str> = err
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .rev()
+                .take(4)
+                .collect();
+            return Err(NativeError::Environment(
+                last.into_iter().rev().collect::<Vec<_>>().join(" | "),
+            ));
         }
         Ok(())
     }
@@ -148,7 +167,8 @@ fn check_requirement(r: &str) -> Result<(), NativeError> {
     let ok = !r.is_empty()
         && r.len() <= 200
         && r.as_bytes()[0].is_ascii_alphanumeric()
-        && r.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-[],=<>!~*;'\"".contains(&b))
+        && r.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-[],=<>!~*;'\"".contains(&b))
         && !r.contains("://");
     if ok {
         Ok(())
@@ -166,10 +186,23 @@ mod tests {
 
     #[test]
     fn requirements_are_plain_specifiers() {
-        for good in ["numpy", "numpy==2.1.3", "pandas>=2,<3", "requests[socks]~=2.0"] {
+        for good in [
+            "numpy",
+            "numpy==2.1.3",
+            "pandas>=2,<3",
+            "requests[socks]~=2.0",
+        ] {
             check_requirement(good).unwrap();
         }
-        for bad in ["", "-r x", "--index-url=x", "git+https://x/y", "/tmp/x.whl", "a b", "numpy @ file:///x"] {
+        for bad in [
+            "",
+            "-r x",
+            "--index-url=x",
+            "git+https://x/y",
+            "/tmp/x.whl",
+            "a b",
+            "numpy @ file:///x",
+        ] {
             assert!(check_requirement(bad).is_err(), "{bad}");
         }
     }

@@ -97,7 +97,10 @@ fn write_all(fd: BorrowedFd<'_>, mut data: &[u8], deadline: Instant) -> io::Resu
         let n = unsafe { libc::write(fd.as_raw_fd(), data.as_ptr().cast(), data.len()) };
         if n < 0 {
             let e = io::Error::last_os_error();
-            if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) {
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+            ) {
                 continue;
             }
             return Err(e);
@@ -114,7 +117,10 @@ fn read_exact(fd: BorrowedFd<'_>, mut buf: &mut [u8], deadline: Instant) -> io::
         let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
         if n < 0 {
             let e = io::Error::last_os_error();
-            if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted) {
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+            ) {
                 continue;
             }
             return Err(e);
@@ -127,9 +133,17 @@ fn read_exact(fd: BorrowedFd<'_>, mut buf: &mut [u8], deadline: Instant) -> io::
     Ok(())
 }
 
-pub(crate) fn send(fd: BorrowedFd<'_>, kind: Kind, payload: &[u8], deadline: Instant) -> io::Result<()> {
+pub(crate) fn send(
+    fd: BorrowedFd<'_>,
+    kind: Kind,
+    payload: &[u8],
+    deadline: Instant,
+) -> io::Result<()> {
     if payload.len() > MAX_FRAME {
-        return Err(io::Error::new(io::ErrorKind::InvalidInput, "frame too large"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "frame too large",
+        ));
     }
     let mut head = [0u8; 5];
     head[0] = kind.byte();
@@ -144,7 +158,10 @@ pub(crate) fn receive(fd: BorrowedFd<'_>, deadline: Instant) -> io::Result<(Kind
     let kind = Kind::of(head[0])?;
     let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
     if len > MAX_FRAME {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "frame too large"));
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "frame too large",
+        ));
     }
     let mut payload = vec![0u8; len];
     read_exact(fd, &mut payload, deadline)?;

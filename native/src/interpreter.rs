@@ -39,7 +39,10 @@ impl Interpreter {
             version: String,
         }
         let p: Probe = serde_json::from_slice(&out.stdout).map_err(|e| {
-            NativeError::Unavailable(format!("{} answered its probe oddly: {e}", python.display()))
+            NativeError::Unavailable(format!(
+                "{} answered its probe oddly: {e}",
+                python.display()
+            ))
         })?;
         Ok(Interpreter {
             executable: p.executable,

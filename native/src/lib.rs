@@ -31,4 +31,4 @@ pub use error::NativeError;
 pub use interpreter::Interpreter;
 pub use pool::{Pool, WorkerKey};
 pub use sandbox::{Limits, Sandbox};
-pub use worker::{Code, FunctionSpec, Mode, Worker};
+pub use worker::{CallOutput, Code, FunctionSpec, Mode, Worker};

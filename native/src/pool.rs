@@ -4,9 +4,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use arrow_array::{ArrayRef, RecordBatch};
+use arrow_array::RecordBatch;
 
-use crate::{FunctionSpec, NativeError, Sandbox, Worker};
+use crate::{CallOutput, FunctionSpec, NativeError, Sandbox, Worker};
 
 /// Whose worker: a tenant and a function (the digest of everything that defines it, so a
 /// redefined function never reuses a worker that loaded the old one).
@@ -59,7 +59,7 @@ impl Pool {
         key: &WorkerKey,
         spec: &FunctionSpec,
         batch: &RecordBatch,
-    ) -> Result<ArrayRef, NativeError> {
+    ) -> Result<CallOutput, NativeError> {
         let mut worker = match self.take(key) {
             Some(w) => w,
             None => Worker::start(&self.sandbox, spec)?,

@@ -74,7 +74,11 @@ const UID_SPAN: u32 = 1 << 16;
 impl Sandbox {
     /// A sandbox running `interpreter` through the `bwrap` binary. Fails when bwrap is missing
     /// or cannot make namespaces here (checked by starting `true` in one).
-    pub fn new(bwrap: &Path, interpreter: Interpreter, limits: Limits) -> Result<Self, NativeError> {
+    pub fn new(
+        bwrap: &Path,
+        interpreter: Interpreter,
+        limits: Limits,
+    ) -> Result<Self, NativeError> {
         let scripts = tempfile::Builder::new()
             .prefix("lancet-native-")
             .tempdir()
@@ -142,40 +146,99 @@ impl Sandbox {
         let mut a: Vec<OsString> = Vec::new();
         let mut push = |xs: &[&str]| a.extend(xs.iter().map(OsString::from));
         push(&[
-            "--unshare-user", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts",
-            "--unshare-cgroup-try", "--disable-userns", "--die-with-parent", "--new-session",
-            "--clearenv", "--cap-drop", "ALL", "--hostname", "sandbox",
-            "--ro-bind", "/usr", "/usr", "--proc", "/proc", "--dev", "/dev",
-            "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
+            "--unshare-user",
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--unshare-net",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            "--disable-userns",
+            "--die-with-parent",
+            "--new-session",
+            "--clearenv",
+            "--cap-drop",
+            "ALL",
+            "--hostname",
+            "sandbox",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--ro-bind-try",
+            "/etc/ld.so.cache",
+            "/etc/ld.so.cache",
         ]);
         for top in ["lib", "lib64", "bin", "sbin", "lib32", "libx32"] {
             let host = Path::new("/").join(top);
             match std::fs::read_link(&host) {
-                Ok(target) => {
-                    a.extend(["--symlink".into(), target.into_os_string(), host.into_os_string()])
-                }
-                Err(_) if host.is_dir() => {
-                    a.extend(["--ro-bind".into(), host.clone().into_os_string(), host.into_os_string()])
-                }
+                Ok(target) => a.extend([
+                    "--symlink".into(),
+                    target.into_os_string(),
+                    host.into_os_string(),
+                ]),
+                Err(_) if host.is_dir() => a.extend([
+                    "--ro-bind".into(),
+                    host.clone().into_os_string(),
+                    host.into_os_string(),
+                ]),
                 Err(_) => {}
             }
         }
         let prefix = &self.interpreter.prefix;
         if !prefix.starts_with("/usr") {
-            a.extend(["--ro-bind".into(), prefix.clone().into(), prefix.clone().into()]);
+            a.extend([
+                "--ro-bind".into(),
+                prefix.clone().into(),
+                prefix.clone().into(),
+            ]);
         }
-        a.extend(["--ro-bind".into(), self.scripts.path().into(), "/lancet".into()]);
+        a.extend([
+            "--ro-bind".into(),
+            self.scripts.path().into(),
+            "/lancet".into(),
+        ]);
         for (i, d) in env_dirs.iter().enumerate() {
-            a.extend(["--ro-bind".into(), d.clone().into(), format!("/env/{i}").into()]);
+            a.extend([
+                "--ro-bind".into(),
+                d.clone().into(),
+                format!("/env/{i}").into(),
+            ]);
         }
         let tmp = self.limits.tmp_bytes.to_string();
         let fd = read.as_raw_fd().to_string();
         a.extend(
             [
-                "--size", &tmp, "--tmpfs", "/tmp", "--remount-ro", "/", "--chdir", "/tmp", "--setenv", "HOME", "/tmp",
-                "--setenv", "TMPDIR", "/tmp", "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
-                "--setenv", "OMP_NUM_THREADS", "1", "--setenv", "OPENBLAS_NUM_THREADS", "1",
-                "--setenv", "LANG", "C.UTF-8", "--seccomp", &fd,
+                "--size",
+                &tmp,
+                "--tmpfs",
+                "/tmp",
+                "--remount-ro",
+                "/",
+                "--chdir",
+                "/tmp",
+                "--setenv",
+                "HOME",
+                "/tmp",
+                "--setenv",
+                "TMPDIR",
+                "/tmp",
+                "--setenv",
+                "PYTHONDONTWRITEBYTECODE",
+                "1",
+                "--setenv",
+                "OMP_NUM_THREADS",
+                "1",
+                "--setenv",
+                "OPENBLAS_NUM_THREADS",
+                "1",
+                "--setenv",
+                "LANG",
+                "C.UTF-8",
+                "--seccomp",
+                &fd,
             ]
             .map(OsString::from),
         );
@@ -185,7 +248,9 @@ impl Sandbox {
         cmd.args(a).env_clear();
         let limits = self.limits.clone();
         let run_as = self.as_root.then(|| {
-            let n = self.next_uid.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let n = self
+                .next_uid
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             UID_BASE + n % UID_SPAN
         });
         let seccomp_fd = read.as_raw_fd();
@@ -194,7 +259,9 @@ impl Sandbox {
         unsafe {
             cmd.pre_exec(move || {
                 let flags = libc::fcntl(seccomp_fd, libc::F_GETFD);
-                if flags < 0 || libc::fcntl(seccomp_fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                if flags < 0
+                    || libc::fcntl(seccomp_fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0
+                {
                     return Err(std::io::Error::last_os_error());
                 }
                 rlimit(libc::RLIMIT_AS, limits.memory_bytes)?;

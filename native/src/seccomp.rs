@@ -58,7 +58,10 @@ pub(crate) fn program() -> Result<Vec<u8>, NativeError> {
     let arch: TargetArch = std::env::consts::ARCH
         .try_into()
         .map_err(|e| NativeError::Unavailable(format!("seccomp: {e}")))?;
-    let rules = DENIED.iter().map(|&s| (s, Vec::new())).collect::<BTreeMap<_, _>>();
+    let rules = DENIED
+        .iter()
+        .map(|&s| (s, Vec::new()))
+        .collect::<BTreeMap<_, _>>();
     let filter = SeccompFilter::new(
         rules,
         SeccompAction::Allow,

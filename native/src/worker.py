@@ -70,8 +70,11 @@ def load(setup):
     return obj
 
 
-def compute(fn, mode, batch, out_type, pa):
+def compute(fn, setup, batch, out_type, pa):
+    """(result, nulled rows, error (message, row) or None)."""
+    mode = setup["mode"]
     n = batch.num_rows
+    nulled = 0
     if mode == "batch":
         result = fn(*batch.columns)
     elif mode == "record_batch":
@@ -87,7 +90,10 @@ def compute(fn, mode, batch, out_type, pa):
             try:
                 result.append(fn(*args))
             except Exception as e:  # noqa: BLE001 - the user's function may raise anything
-                return None, (describe(e), i)
+                if not setup.get("null_on_error"):
+                    return None, 0, (describe(e), i)
+                result.append(None)
+                nulled += 1
     if isinstance(result, pa.ChunkedArray):
         result = result.combine_chunks()
     if isinstance(result, pa.Array):
@@ -97,7 +103,7 @@ def compute(fn, mode, batch, out_type, pa):
         result = pa.array(result, type=out_type)
     if len(result) != n:
         raise ValueError(f"returned {len(result)} values for {n} rows")
-    return result, None
+    return result, nulled, None
 
 
 def main():
@@ -126,7 +132,7 @@ def main():
             return
         try:
             batch = pa.ipc.open_stream(pa.py_buffer(payload)).read_next_batch()
-            result, error = compute(fn, setup["mode"], batch, out_type, pa)
+            result, nulled, error = compute(fn, setup, batch, out_type, pa)
         except Exception as e:  # noqa: BLE001
             fail(describe(e))
             continue
@@ -134,8 +140,9 @@ def main():
             fail(error[0], error[1])
             continue
         sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, schema) as w:
-            w.write_batch(pa.RecordBatch.from_arrays([result], schema=schema))
+        counted = schema.with_metadata({"lancet.nulled": str(nulled)})
+        with pa.ipc.new_stream(sink, counted) as w:
+            w.write_batch(pa.RecordBatch.from_arrays([result], schema=counted))
         send(b"O", sink.getvalue().to_pybytes())
 
 

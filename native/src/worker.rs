@@ -66,6 +66,18 @@ pub struct FunctionSpec {
     pub environment: Vec<PathBuf>,
     /// Environment variables it sees.
     pub env: Vec<(String, String)>,
+    /// A row whose call raises becomes null (counted) instead of failing the batch; row
+    /// mode only.
+    pub null_on_error: bool,
+}
+
+/// A batch's result.
+#[derive(Debug, Clone)]
+pub struct CallOutput {
+    /// One value per input row, of the output type.
+    pub values: ArrayRef,
+    /// Rows whose call raised and were nulled (`null_on_error`).
+    pub nulled: usize,
 }
 
 /// The last bytes a worker wrote to its standard error (for error messages).
@@ -111,7 +123,9 @@ impl Worker {
     /// sandbox's start timeout.
     pub fn start(sandbox: &Sandbox, spec: &FunctionSpec) -> Result<Worker, NativeError> {
         let limits = sandbox.limits();
-        let dirs: Vec<String> = (0..spec.environment.len()).map(|i| format!("/env/{i}")).collect();
+        let dirs: Vec<String> = (0..spec.environment.len())
+            .map(|i| format!("/env/{i}"))
+            .collect();
         let mut args = vec!["-S", "-E", "-s", "-B", "/lancet/worker.py"];
         args.extend(dirs.iter().map(String::as_str));
         let (mut cmd, seccomp) = sandbox.command(&spec.environment, &args)?;
@@ -137,10 +151,16 @@ impl Worker {
                     if n == 0 {
                         break;
                     }
-                    sink.lock().unwrap_or_else(|p| p.into_inner()).push(&buf[..n]);
+                    sink.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(&buf[..n]);
                 }
             })?;
-        let schema = Arc::new(Schema::new(vec![Field::new("out", spec.output.clone(), true)]));
+        let schema = Arc::new(Schema::new(vec![Field::new(
+            "out",
+            spec.output.clone(),
+            true,
+        )]));
         let mut worker = Worker {
             child,
             input,
@@ -160,12 +180,18 @@ impl Worker {
                 _ => None,
             },
             "mode": spec.mode.name(),
+            "null_on_error": spec.null_on_error,
             "output_schema": base64::engine::general_purpose::STANDARD.encode(schema_bytes(&worker.schema)?),
             "env": spec.env.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
         });
         let deadline = frame::deadline(limits.start_timeout);
-        let answer = frame::send(worker.input.as_fd(), Kind::Setup, setup.to_string().as_bytes(), deadline)
-            .and_then(|()| frame::receive(worker.output.as_fd(), deadline));
+        let answer = frame::send(
+            worker.input.as_fd(),
+            Kind::Setup,
+            setup.to_string().as_bytes(),
+            deadline,
+        )
+        .and_then(|()| frame::receive(worker.output.as_fd(), deadline));
         match answer {
             Ok((Kind::Ready, body)) => {
                 #[derive(serde::Deserialize)]
@@ -178,7 +204,9 @@ impl Worker {
                 Ok(worker)
             }
             Ok((Kind::Error, body)) => Err(NativeError::Load(guest_message(&body).1)),
-            Ok((kind, _)) => Err(NativeError::Load(format!("unexpected {kind:?} from the worker"))),
+            Ok((kind, _)) => Err(NativeError::Load(format!(
+                "unexpected {kind:?} from the worker"
+            ))),
             Err(e) => Err(worker.failure(e, limits.start_timeout)),
         }
     }
@@ -200,13 +228,15 @@ impl Worker {
 
     /// Computes `batch` (the function's input columns): one value per row, of the output
     /// type. After an error other than [`NativeError::worker_survives`] the worker is dead.
-    pub fn call(&mut self, batch: &RecordBatch) -> Result<ArrayRef, NativeError> {
+    pub fn call(&mut self, batch: &RecordBatch) -> Result<CallOutput, NativeError> {
         let mut ipc = Vec::new();
         {
             let mut w = arrow_ipc::writer::StreamWriter::try_new(&mut ipc, &batch.schema())
                 .map_err(|e| NativeError::Io(std::io::Error::other(e)))?;
-            w.write(batch).map_err(|e| NativeError::Io(std::io::Error::other(e)))?;
-            w.finish().map_err(|e| NativeError::Io(std::io::Error::other(e)))?;
+            w.write(batch)
+                .map_err(|e| NativeError::Io(std::io::Error::other(e)))?;
+            w.finish()
+                .map_err(|e| NativeError::Io(std::io::Error::other(e)))?;
         }
         let deadline = frame::deadline(self.call_timeout);
         let answer = frame::send(self.input.as_fd(), Kind::Batch, &ipc, deadline)
@@ -220,20 +250,28 @@ impl Worker {
             }
             Ok((kind, _)) => {
                 self.kill();
-                Err(NativeError::Load(format!("unexpected {kind:?} from the worker")))
+                Err(NativeError::Load(format!(
+                    "unexpected {kind:?} from the worker"
+                )))
             }
             Err(e) => Err(self.failure(e, self.call_timeout)),
         }
     }
 
     /// The result, checked: one column of the output type, one value per input row.
-    fn decode(&self, body: &[u8], rows: usize) -> Result<ArrayRef, NativeError> {
+    fn decode(&self, body: &[u8], rows: usize) -> Result<CallOutput, NativeError> {
         let bad = |m: String| NativeError::Result(m);
         let mut reader = arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(body), None)
             .map_err(|e| bad(format!("not an Arrow IPC stream: {e}")))?;
-        if reader.schema().fields() != self.schema.fields() {
-            return Err(bad(format!("schema {:?}, not {:?}", reader.schema(), self.schema)));
+        let schema = reader.schema();
+        if schema.fields() != self.schema.fields() {
+            return Err(bad(format!("schema {schema:?}, not {:?}", self.schema)));
         }
+        let nulled = schema
+            .metadata()
+            .get("lancet.nulled")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
         let out = reader
             .next()
             .ok_or_else(|| bad("no batch".into()))?
@@ -241,7 +279,10 @@ impl Worker {
         if out.num_rows() != rows {
             return Err(bad(format!("{} values for {rows} rows", out.num_rows())));
         }
-        Ok(out.column(0).clone())
+        Ok(CallOutput {
+            values: out.column(0).clone(),
+            nulled,
+        })
     }
 
     /// What a failed read or write means: a deadline passed (the sandbox is killed), or the
@@ -269,7 +310,10 @@ impl Worker {
         let detail = if last.is_empty() {
             String::new()
         } else {
-            format!(": {}", last.into_iter().rev().collect::<Vec<_>>().join(" | "))
+            format!(
+                ": {}",
+                last.into_iter().rev().collect::<Vec<_>>().join(" | ")
+            )
         };
         NativeError::Killed {
             status: status.map_or_else(|| format!("{e}"), |s| s.to_string()),
@@ -295,7 +339,8 @@ fn schema_bytes(schema: &Schema) -> Result<Vec<u8>, NativeError> {
     let mut out = Vec::new();
     let mut w = arrow_ipc::writer::StreamWriter::try_new(&mut out, schema)
         .map_err(|e| NativeError::Io(std::io::Error::other(e)))?;
-    w.finish().map_err(|e| NativeError::Io(std::io::Error::other(e)))?;
+    w.finish()
+        .map_err(|e| NativeError::Io(std::io::Error::other(e)))?;
     drop(w);
     Ok(out)
 }

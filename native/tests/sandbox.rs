@@ -13,12 +13,13 @@ use std::time::Duration;
 use arrow_array::{Array, ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
 use arrow_schema::DataType;
 use lancet_native::{
-    Code, Environments, FunctionSpec, Interpreter, Limits, Mode, NativeError, Pool, Sandbox, Worker,
-    WorkerKey,
+    Code, Environments, FunctionSpec, Interpreter, Limits, Mode, NativeError, Pool, Sandbox,
+    Worker, WorkerKey,
 };
 
 fn python() -> PathBuf {
-    std::env::var_os("LANCET_NATIVE_PYTHON").map_or_else(|| "/usr/bin/python3".into(), PathBuf::from)
+    std::env::var_os("LANCET_NATIVE_PYTHON")
+        .map_or_else(|| "/usr/bin/python3".into(), PathBuf::from)
 }
 
 fn bwrap() -> PathBuf {
@@ -34,7 +35,8 @@ fn environment() -> &'static PathBuf {
             .map(|v| Path::new(&v).join("bin/python"))
             .filter(|p| p.exists())
             .unwrap_or_else(|| "python3".into());
-        let root = std::env::temp_dir().join(format!("lancet-native-test-envs-{}", std::process::id()));
+        let root =
+            std::env::temp_dir().join(format!("lancet-native-test-envs-{}", std::process::id()));
         let envs = Environments::new(
             &root,
             &installer,
@@ -43,7 +45,8 @@ fn environment() -> &'static PathBuf {
             vec!["pyarrow".into(), "cloudpickle".into()],
         )
         .unwrap();
-        envs.ensure(&["numpy".into()]).expect("pip installs the test environment")
+        envs.ensure(&["numpy".into()])
+            .expect("pip installs the test environment")
     })
 }
 
@@ -54,11 +57,15 @@ fn sandbox(limits: Limits) -> Arc<Sandbox> {
 
 fn source(src: &str, entry: &str, mode: Mode, output: DataType) -> FunctionSpec {
     FunctionSpec {
-        code: Code::Source { source: src.into(), entry: entry.into() },
+        code: Code::Source {
+            source: src.into(),
+            entry: entry.into(),
+        },
         mode,
         output,
         environment: vec![environment().clone()],
         env: vec![("GREETING".into(), "hello".into())],
+        null_on_error: false,
     }
 }
 
@@ -69,38 +76,59 @@ fn ints(values: &[Option<i64>]) -> RecordBatch {
 
 fn strings(a: &ArrayRef) -> Vec<Option<String>> {
     let s = a.as_any().downcast_ref::<StringArray>().unwrap();
-    (0..s.len()).map(|i| s.is_valid(i).then(|| s.value(i).to_string())).collect()
+    (0..s.len())
+        .map(|i| s.is_valid(i).then(|| s.value(i).to_string()))
+        .collect()
 }
 
 /// What a one-row call of `body` (a function of `x` returning a string) answered.
 fn probe(sb: &Sandbox, body: &str) -> Result<String, NativeError> {
     let src = format!("import os, socket, ctypes\ndef f(x):\n{body}\n");
     let mut w = Worker::start(sb, &source(&src, "f", Mode::Row, DataType::Utf8))?;
-    let out = w.call(&ints(&[Some(1)]))?;
+    let out = w.call(&ints(&[Some(1)]))?.values;
     Ok(strings(&out)[0].clone().unwrap_or_default())
 }
 
 #[test]
 fn row_batch_and_numpy_functions_compute_real_values() {
     let sb = sandbox(Limits::default());
-    let mut w = Worker::start(&sb, &source("def double(x):\n    return x * 2\n", "double", Mode::Row, DataType::Int64)).unwrap();
-    assert!(w.python_version().starts_with("3."), "{}", w.python_version());
-    let out = w.call(&ints(&[Some(1), None, Some(-4)])).unwrap();
+    let mut w = Worker::start(
+        &sb,
+        &source(
+            "def double(x):\n    return x * 2\n",
+            "double",
+            Mode::Row,
+            DataType::Int64,
+        ),
+    )
+    .unwrap();
+    assert!(
+        w.python_version().starts_with("3."),
+        "{}",
+        w.python_version()
+    );
+    let out = w.call(&ints(&[Some(1), None, Some(-4)])).unwrap().values;
     let out = out.as_any().downcast_ref::<Int64Array>().unwrap();
-    assert_eq!(out.iter().collect::<Vec<_>>(), vec![Some(2), None, Some(-8)]);
+    assert_eq!(
+        out.iter().collect::<Vec<_>>(),
+        vec![Some(2), None, Some(-8)]
+    );
 
     let numpy = "import numpy as np\nimport pyarrow as pa\n\
                  def norm(x):\n    v = x.to_numpy(zero_copy_only=False).astype('float64')\n    return pa.array(np.sqrt(v))\n";
     let mut w = Worker::start(&sb, &source(numpy, "norm", Mode::Batch, DataType::Float64)).unwrap();
-    let out = w.call(&ints(&[Some(4), Some(9), Some(2)])).unwrap();
+    let out = w.call(&ints(&[Some(4), Some(9), Some(2)])).unwrap().values;
     let out = out.as_any().downcast_ref::<Float64Array>().unwrap();
     assert_eq!(out.values().to_vec(), vec![2.0, 3.0, 2f64.sqrt()]);
 
     // A RecordBatch function, and the environment variables the spec gives.
     let rb = "import os\ndef f(batch):\n    return [os.environ['GREETING'] + str(v) for v in batch.column('x').to_pylist()]\n";
     let mut w = Worker::start(&sb, &source(rb, "f", Mode::RecordBatch, DataType::Utf8)).unwrap();
-    let out = w.call(&ints(&[Some(1), Some(2)])).unwrap();
-    assert_eq!(strings(&out), vec![Some("hello1".into()), Some("hello2".into())]);
+    let out = w.call(&ints(&[Some(1), Some(2)])).unwrap().values;
+    assert_eq!(
+        strings(&out),
+        vec![Some("hello1".into()), Some("hello2".into())]
+    );
 }
 
 #[test]
@@ -108,15 +136,24 @@ fn a_stateful_function_is_set_up_once_per_worker_and_reused() {
     let pool = Pool::new(sandbox(Limits::default()), 2, 8);
     let src = "import os\nSETUPS = []\nclass Model:\n    def __init__(self):\n        SETUPS.append(os.getpid())\n        self.weight = 10\n    def __call__(self, x):\n        return x * self.weight + len(SETUPS) * 1000\n";
     let spec = source(src, "Model", Mode::Row, DataType::Int64);
-    let key = WorkerKey { tenant: "t1".into(), function: "model".into() };
+    let key = WorkerKey {
+        tenant: "t1".into(),
+        function: "model".into(),
+    };
     for _ in 0..3 {
-        let out = pool.call(&key, &spec, &ints(&[Some(1), Some(2)])).unwrap();
+        let out = pool
+            .call(&key, &spec, &ints(&[Some(1), Some(2)]))
+            .unwrap()
+            .values;
         let out = out.as_any().downcast_ref::<Int64Array>().unwrap();
         assert_eq!(out.values().to_vec(), vec![1010, 1020]);
     }
     assert_eq!(pool.idle(), 1);
     // Another tenant never gets that worker.
-    let other = WorkerKey { tenant: "t2".into(), function: "model".into() };
+    let other = WorkerKey {
+        tenant: "t2".into(),
+        function: "model".into(),
+    };
     pool.call(&other, &spec, &ints(&[Some(1)])).unwrap();
     assert_eq!(pool.idle(), 2);
     pool.forget(&key);
@@ -126,24 +163,61 @@ fn a_stateful_function_is_set_up_once_per_worker_and_reused() {
 #[test]
 fn a_raising_function_names_its_row_and_the_worker_lives_on() {
     let pool = Pool::new(sandbox(Limits::default()), 2, 8);
-    let spec = source("def f(x):\n    return 10 // x\n", "f", Mode::Row, DataType::Int64);
-    let key = WorkerKey { tenant: "t".into(), function: "f".into() };
+    let spec = source(
+        "def f(x):\n    return 10 // x\n",
+        "f",
+        Mode::Row,
+        DataType::Int64,
+    );
+    let key = WorkerKey {
+        tenant: "t".into(),
+        function: "f".into(),
+    };
     match pool.call(&key, &spec, &ints(&[Some(5), Some(0)])) {
-        Err(NativeError::Guest { row: Some(1), message }) => {
+        Err(NativeError::Guest {
+            row: Some(1),
+            message,
+        }) => {
             assert!(message.contains("ZeroDivisionError"), "{message}")
         }
         other => panic!("{other:?}"),
     }
     assert_eq!(pool.idle(), 1);
+    // Or, asked for, the raising row becomes null and is counted.
+    let nulling = FunctionSpec {
+        null_on_error: true,
+        ..spec.clone()
+    };
+    let out = Worker::start(pool.sandbox(), &nulling)
+        .unwrap()
+        .call(&ints(&[Some(5), Some(0), Some(2)]))
+        .unwrap();
+    assert_eq!(out.nulled, 1);
+    let v = out.values.as_any().downcast_ref::<Int64Array>().unwrap();
+    assert_eq!(v.iter().collect::<Vec<_>>(), vec![Some(2), None, Some(5)]);
     // A result of the wrong type is refused by the worker's cast, not stored.
-    let bad = source("def f(x):\n    return 'text'\n", "f", Mode::Row, DataType::Int64);
-    assert!(Worker::start(pool.sandbox(), &bad).unwrap().call(&ints(&[Some(1)])).is_err());
+    let bad = source(
+        "def f(x):\n    return 'text'\n",
+        "f",
+        Mode::Row,
+        DataType::Int64,
+    );
+    assert!(
+        Worker::start(pool.sandbox(), &bad)
+            .unwrap()
+            .call(&ints(&[Some(1)]))
+            .is_err()
+    );
     // A function that is not there, or a syntax error, fails the start with Python's words.
     let missing = source("def g(x):\n    return x\n", "f", Mode::Row, DataType::Int64);
-    let err = Worker::start(pool.sandbox(), &missing).unwrap_err().to_string();
+    let err = Worker::start(pool.sandbox(), &missing)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("defines no 'f'"), "{err}");
     let broken = source("def f(x) return x\n", "f", Mode::Row, DataType::Int64);
-    let err = Worker::start(pool.sandbox(), &broken).unwrap_err().to_string();
+    let err = Worker::start(pool.sandbox(), &broken)
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("SyntaxError"), "{err}");
 }
 
@@ -156,9 +230,18 @@ fn no_network_no_host_files_no_writes_outside_tmp() {
     assert!(net.contains("unreachable"), "{net}");
     let lo = probe(&sb, "    s = socket.socket()\n    try:\n        s.connect(('127.0.0.1', 22))\n        return 'connected'\n    except OSError as e:\n        return str(e)").unwrap();
     assert_ne!(lo, "connected");
-    for path in ["/etc/shadow", "/etc/passwd", "/root", secret.to_str().unwrap(), "/proc/1/environ"] {
+    for path in [
+        "/etc/shadow",
+        "/etc/passwd",
+        "/root",
+        secret.to_str().unwrap(),
+        "/proc/1/environ",
+    ] {
         let got = probe(&sb, &format!("    try:\n        return 'read: ' + open({path:?}).read(100)\n    except OSError as e:\n        return type(e).__name__")).unwrap();
-        assert!(!got.starts_with("read: ") || path == "/proc/1/environ", "{path}: {got}");
+        assert!(
+            !got.starts_with("read: ") || path == "/proc/1/environ",
+            "{path}: {got}"
+        );
         assert!(!got.contains("secret"), "{path}: {got}");
     }
     for path in ["/usr/lancet-x", "/env/0/x", "/lancet/x", "/x"] {
@@ -166,7 +249,11 @@ fn no_network_no_host_files_no_writes_outside_tmp() {
         assert_ne!(got, "wrote", "{path}");
     }
     // The private /tmp takes writes, and they stay inside.
-    let got = probe(&sb, "    open('/tmp/mine', 'w').write('x')\n    return open('/tmp/mine').read()").unwrap();
+    let got = probe(
+        &sb,
+        "    open('/tmp/mine', 'w').write('x')\n    return open('/tmp/mine').read()",
+    )
+    .unwrap();
     assert_eq!(got, "x");
     let _ = std::fs::remove_file(secret);
 }
@@ -184,7 +271,11 @@ fn ptrace_and_namespaces_are_refused_by_seccomp() {
 
 #[test]
 fn fork_and_memory_bombs_are_contained() {
-    let limits = Limits { processes: 32, memory_bytes: 1 << 30, ..Limits::default() };
+    let limits = Limits {
+        processes: 32,
+        memory_bytes: 1 << 30,
+        ..Limits::default()
+    };
     let sb = sandbox(limits);
     let got = probe(&sb, "    n = 0\n    try:\n        while n < 10000:\n            if os.fork() == 0:\n                import time\n                time.sleep(30)\n                os._exit(0)\n            n += 1\n    except OSError as e:\n        return f'stopped after {n}: {type(e).__name__}'\n    return f'forked {n}'").unwrap();
     assert!(got.starts_with("stopped after"), "{got}");
@@ -196,7 +287,10 @@ fn fork_and_memory_bombs_are_contained() {
 
 #[test]
 fn an_endless_function_is_stopped_by_the_wall_clock_or_cpu_limit() {
-    let limits = Limits { call_timeout: Duration::from_secs(2), ..Limits::default() };
+    let limits = Limits {
+        call_timeout: Duration::from_secs(2),
+        ..Limits::default()
+    };
     let sb = sandbox(limits);
     let started = std::time::Instant::now();
     match probe(&sb, "    while True:\n        pass") {
@@ -204,7 +298,11 @@ fn an_endless_function_is_stopped_by_the_wall_clock_or_cpu_limit() {
         other => panic!("{other:?}"),
     }
     assert!(started.elapsed() < Duration::from_secs(20));
-    let limits = Limits { cpu_seconds: 1, call_timeout: Duration::from_secs(60), ..Limits::default() };
+    let limits = Limits {
+        cpu_seconds: 1,
+        call_timeout: Duration::from_secs(60),
+        ..Limits::default()
+    };
     let sb = sandbox(limits);
     match probe(&sb, "    while True:\n        pass") {
         Err(e @ NativeError::Killed { .. }) => assert!(e.to_string().contains("died"), "{e}"),
@@ -216,14 +314,20 @@ fn an_endless_function_is_stopped_by_the_wall_clock_or_cpu_limit() {
 fn a_pickle_that_runs_a_shell_command_as_it_loads_stays_inside() {
     let sb = sandbox(Limits::default());
     let marker = std::env::temp_dir().join(format!("lancet-pwned-{}", std::process::id()));
-    let cmd = format!("echo pwned > {} ; cat /etc/shadow > /tmp/shadow", marker.display());
+    let cmd = format!(
+        "echo pwned > {} ; cat /etc/shadow > /tmp/shadow",
+        marker.display()
+    );
     let pickle = format!("cos\nsystem\n(S'{cmd}'\ntR.");
     let spec = FunctionSpec {
-        code: Code::Pickle { bytes: pickle.into_bytes() },
+        code: Code::Pickle {
+            bytes: pickle.into_bytes(),
+        },
         mode: Mode::Row,
         output: DataType::Int64,
         environment: vec![environment().clone()],
         env: vec![],
+        null_on_error: false,
     };
     // os.system's answer is an int, not a function: the load fails, and nothing reached the host.
     let err = Worker::start(&sb, &spec).unwrap_err().to_string();

@@ -250,3 +250,41 @@ def test_the_readme_embedding_example_runs_as_written():
             assert [r["id"] for r in answer["rows"]] == [3], answer
         finally:
             s.stop()
+
+
+def test_the_console_searches_an_embedding_column_by_meaning(server):
+    """The console's Search tab offers "Meaning" for a column a model computes: the text goes
+    to the server as `query_text`, and the rows come back in the model's order."""
+    from playwright.sync_api import expect, sync_playwright
+    from test_console import CHROMIUM, CHROMIUM_ARGS, Console
+    server.create_table("test$console", pa.table({"id": list(range(len(DOCS))), "text": DOCS}))
+    generated(server).alter_table_add_columns("test$console", AlterTableAddColumnsRequest(
+        new_columns=[model_column("vec")]))
+    wait_job(server, server.post("/v1/table/test$console/backfill_column", {"column": "vec"})["job_id"])
+    server.create_table("test$console_plain", pa.table({"id": [1], "text": ["x"]}))
+    with tempfile.TemporaryDirectory() as shots, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        c = Console(browser, server.base, shots)
+        page = c.page
+        try:
+            c.open()
+            c.sign_in(server.key)
+            c.open("#/table/test%24console/search")
+            page.click("#tab-search")
+            page.select_option("#search-mode", "meaning")
+            expect(page.locator("#embedding-column")).to_contain_text("vec (model minilm)")
+            page.fill("#query-text", "money and markets")
+            page.fill("#k", "2")
+            page.click("#run-search")
+            expect(page.locator("#search-status")).to_contain_text("2 rows")
+            ids = page.locator("#search-results tbody tr td:first-child").all_inner_texts()
+            assert sorted(ids) == ["1", "4"], ids
+            expect(page.locator("#as-curl")).to_contain_text('"query_text":"money and markets"')
+            expect(page.locator("#as-python")).to_contain_text("query_text")
+            # A table with no model column offers no such search.
+            c.open("#/table/test%24console_plain/search")
+            page.click("#tab-search")
+            expect(page.locator("#search-mode option[value=meaning]")).to_have_count(0)
+        finally:
+            c.close()
+            browser.close()

@@ -9,10 +9,11 @@ import * as lancedb from "@lancedb/lancedb";
 
 export const KEY = "ts-tests-admin-key";
 
-export async function start() {
+/** A server on a fresh data directory; `args` are more `lancet serve` flags. */
+export async function start(args = []) {
   const data = mkdtempSync(join(tmpdir(), "lancet-ts-"));
   const bin = process.env.LANCET_BIN || "lancet";
-  const proc = spawn(bin, ["serve", "--addr", "127.0.0.1:0", "--data", data], {
+  const proc = spawn(bin, ["serve", "--addr", "127.0.0.1:0", "--data", data, ...args], {
     env: { ...process.env, LANCET_BOOTSTRAP_KEY: KEY },
     stdio: ["ignore", "pipe", "ignore"],
   });

@@ -1,6 +1,6 @@
 // The Data tab (a paged grid read with server-side paging: never a whole table) and the
-// Search tab (vector, full-text and filter searches, their plans, and the same request as
-// curl and as lancedb Python).
+// Search tab (vector, meaning, full-text and filter searches, their plans, and the same request
+// as curl and as Python).
 
 import * as api from "../api.js";
 import { h, clear, num, errorBox, loading, copy } from "../ui.js";
@@ -205,14 +205,21 @@ export async function searchTab(ctx) {
   const fields = desc.schema.fields;
   const vectors = fields.filter((f) => isVector(f.type)).map((f) => f.name);
   const texts = fields.filter((f) => /utf8|string/.test(f.type.type)).map((f) => f.name);
+  // Embedding columns: the server embeds query text with the column's own model.
+  const defs = desc.virtual_columns || {};
+  const embedded = vectors.filter((v) => defs[v] && defs[v].udf_backend === "model");
   const mode = h("select", { id: "search-mode", "aria-label": "Search kind" },
     vectors.length ? h("option", { value: "vector" }, "Vector: rows like this one") : null,
+    embedded.length ? h("option", { value: "meaning" }, "Meaning: rows about these words") : null,
     h("option", { value: "fts" }, "Full-text"),
     h("option", { value: "filter" }, "Filter only"));
   const vcol = h("select", { id: "vector-column", "aria-label": "Vector column" }, vectors.map((v) => h("option", {}, v)));
   const like = h("input", { id: "like-row", placeholder: "the row, as a filter: id = 7", "aria-label": "Row to search like", class: "grow" });
   const vector = h("textarea", { id: "query-vector", rows: "2", "aria-label": "Query vector (JSON array)", placeholder: "[0.1, 0.2, …] or load it from a row" });
   const loadRow = h("button", { id: "load-row" }, "Use this row's vector");
+  const ecol = h("select", { id: "embedding-column", "aria-label": "Embedding column" },
+    embedded.map((v) => h("option", { value: v }, `${v} (model ${defs[v].udf_name})`)));
+  const meaning = h("input", { id: "query-text", class: "grow", placeholder: "what the rows are about", "aria-label": "Query text" });
   const text = h("input", { id: "fts-text", class: "grow", placeholder: "words to find", "aria-label": "Full-text query" });
   const tcol = h("select", { id: "fts-column", "aria-label": "Text column" }, h("option", { value: "" }, "all indexed columns"), texts.map((t) => h("option", {}, t)));
   const filter = h("input", { id: "search-filter", class: "grow", placeholder: "optional SQL filter", "aria-label": "Filter" });
@@ -228,9 +235,10 @@ export async function searchTab(ctx) {
   const vectorRow = h("div", { class: "row" }, vcol, like, loadRow);
   const vectorBox = h("div", {}, vectorRow, vector);
   const ftsRow = h("div", { class: "row" }, text, tcol);
+  const meaningRow = h("div", { class: "row" }, meaning, ecol);
   clear(panel,
     h("div", { class: "row" }, mode, h("label", {}, "k", k)),
-    vectorBox, ftsRow,
+    vectorBox, meaningRow, ftsRow,
     h("div", { class: "row" }, filter, run, explain, analyze),
     status, results, plan,
     h("h2", {}, "The same request"),
@@ -240,6 +248,7 @@ export async function searchTab(ctx) {
   const show = () => {
     vectorBox.hidden = mode.value !== "vector";
     ftsRow.hidden = mode.value !== "fts";
+    meaningRow.hidden = mode.value !== "meaning";
     examples();
   };
   const body = () => {
@@ -255,6 +264,10 @@ export async function searchTab(ctx) {
       if (!Array.isArray(v)) throw new Error("give a query vector, or load one from a row");
       b.vector = v;
       b.vector_column = vcol.value;
+    } else if (mode.value === "meaning") {
+      if (!meaning.value.trim()) throw new Error("type what the rows should be about");
+      b.query_text = meaning.value.trim();
+      b.vector_column = ecol.value;
     } else if (mode.value === "fts") {
       if (!text.value.trim()) throw new Error("type the words to find");
       b.full_text_query = { string_query: { query: text.value.trim(), ...(tcol.value ? { columns: [tcol.value] } : {}) } };
@@ -312,7 +325,7 @@ export async function searchTab(ctx) {
   };
   explain.addEventListener("click", planOf("explain_plan"));
   analyze.addEventListener("click", planOf("analyze_plan"));
-  for (const el of [mode, vcol, text, tcol, filter, k, vector]) el.addEventListener("input", show);
+  for (const el of [mode, vcol, ecol, meaning, text, tcol, filter, k, vector]) el.addEventListener("input", show);
   show();
 }
 
@@ -325,6 +338,17 @@ function pythonOf(id, b) {
     `                     host_override="${location.origin}")`,
     `tbl = db.open_table(${JSON.stringify(name)})`,
   ];
+  if (b.query_text !== undefined) {
+    // lancedb's clients embed text on the client; the server's own model needs the REST field.
+    return [
+      "import json, os, urllib.request",
+      "import pyarrow as pa",
+      `req = urllib.request.Request("${location.origin}${api.table(id, "query")}",`,
+      `    data=json.dumps(${JSON.stringify(b)}).encode(),`,
+      '    headers={"x-api-key": os.environ["LANCET_API_KEY"], "content-type": "application/json"})',
+      "rows = pa.ipc.open_file(pa.BufferReader(urllib.request.urlopen(req).read())).read_all()",
+    ].join("\n");
+  }
   let q;
   if (b.vector) q = `tbl.search(${JSON.stringify(b.vector.length > 8 ? "<vector>" : b.vector).replaceAll('"', "")}, vector_column_name=${JSON.stringify(b.vector_column)})`;
   else if (b.full_text_query) q = `tbl.search(${JSON.stringify(b.full_text_query.string_query.query)}, query_type="fts")`;

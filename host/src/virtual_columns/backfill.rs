@@ -25,6 +25,7 @@ enum Engine {
     Python(Box<PythonUdf>),
     Sql(SqlRule),
     Model(Box<ModelUdf>),
+    Native(Box<super::native::NativeUdf>),
 }
 
 /// An embedding column: its model, called through the server's registry.
@@ -146,6 +147,18 @@ impl VirtualColumns {
                 field: field.clone(),
             });
         }
+        if let Some(native) = &def.native {
+            if manifest.is_some_and(|m| !m.trim().is_empty()) {
+                return Err(ApiError::invalid(format!(
+                    "manifest: column '{column}' is a native Python UDF; alter the column to change it"
+                )));
+            }
+            let udf = self.native_udf(&def, native, inputs, field)?;
+            return Ok(ColumnUdf {
+                engine: Engine::Native(Box::new(udf)),
+                field: field.clone(),
+            });
+        }
         if let Some(python) = &def.python {
             if manifest.is_some_and(|m| !m.trim().is_empty()) {
                 return Err(ApiError::invalid(format!(
@@ -208,6 +221,7 @@ impl ColumnUdf {
             Engine::Python(p) => &p.input_columns,
             Engine::Sql(rule) => rule.inputs(),
             Engine::Model(m) => &m.input_columns,
+            Engine::Native(n) => &n.input_columns,
         }
     }
 
@@ -215,6 +229,7 @@ impl ColumnUdf {
         match &self.engine {
             Engine::Wasm(w) => w.prepared.manifest().on_error == OnError::Null,
             Engine::Python(p) => p.prepared.spec().on_error == OnError::Null,
+            Engine::Native(n) => n.on_error_null(),
             Engine::Sql(_) | Engine::Model(_) => false,
         }
     }
@@ -226,6 +241,7 @@ impl ColumnUdf {
             Engine::Python(p) => p.prepared.source_sha256(),
             Engine::Sql(_) => "sql",
             Engine::Model(m) => &m.model.digest,
+            Engine::Native(n) => n.version(),
         }
     }
 
@@ -236,6 +252,7 @@ impl ColumnUdf {
             Engine::Python(p) => p.prepared.label(),
             Engine::Sql(rule) => rule.expression(),
             Engine::Model(m) => &m.model.name,
+            Engine::Native(n) => n.label(),
         }
     }
 
@@ -245,6 +262,7 @@ impl ColumnUdf {
         match &self.engine {
             Engine::Wasm(w) => w.compute(tenant, batch, &self.field),
             Engine::Python(p) => p.compute(tenant, batch, &self.field),
+            Engine::Native(n) => n.compute(tenant, batch),
             Engine::Model(m) => {
                 let text = batch.column_by_name(&m.input_columns[0]).ok_or_else(|| {
                     ApiError::internal(format!(
@@ -271,7 +289,7 @@ impl ColumnUdf {
 }
 
 /// The UDF's input columns out of `batch`, in the UDF's order.
-fn udf_input(inputs: &[Field], batch: &RecordBatch) -> ApiResult<RecordBatch> {
+pub(super) fn udf_input(inputs: &[Field], batch: &RecordBatch) -> ApiResult<RecordBatch> {
     let mut arrays = Vec::with_capacity(inputs.len());
     for f in inputs {
         arrays.push(batch.column_by_name(f.name()).cloned().ok_or_else(|| {

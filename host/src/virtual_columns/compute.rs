@@ -157,8 +157,13 @@ impl VirtualColumns {
             })?;
             return Ok(self.embed_column(tenant, model, text, field)?.values);
         }
-        let input =
-            RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays).map_err(ApiError::from)?;
+        let input = RecordBatch::try_new(Arc::new(Schema::new(fields.clone())), arrays)
+            .map_err(ApiError::from)?;
+        if let Some(native) = &def.native {
+            // The worker pool keeps the function's workers warm across writes.
+            let udf = self.native_udf(def, native, fields, field)?;
+            return Ok(udf.compute(tenant, &input)?.values);
+        }
         if let Some(python) = &def.python {
             let prepared = self
                 .runtime

@@ -113,6 +113,10 @@ impl VirtualColumns {
         let ds = store.latest(location, branch).await?;
         let mut fields = Vec::new();
         for (name, v) in cols {
+            if super::native::is_native_backend(v.udf_backend.as_deref()) {
+                fields.push(self.native_field(tenant, ds.schema(), &v).await?);
+                continue;
+            }
             if super::embedding::is_model_backend(v.udf_backend.as_deref()) {
                 fields.push(self.embedding_field(tenant, ds.schema(), &name, &v).await?);
                 continue;
@@ -199,6 +203,7 @@ impl VirtualColumns {
                     group: group.clone(),
                     python: checked.python.clone(),
                     model: None,
+                    native: None,
                 };
                 let mut md = user_metadata(v.field_metadata.as_ref())?;
                 md.extend(metadata);
@@ -324,6 +329,7 @@ impl VirtualColumns {
                     image: image.clone(),
                     auto_backfill: v.auto_backfill.unwrap_or(member_def.auto_backfill),
                     python: checked.python.clone(),
+                    native: None,
                     ..member_def
                 };
                 let mut md = user_metadata(v.field_metadata.as_ref())?;

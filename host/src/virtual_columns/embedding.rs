@@ -236,6 +236,7 @@ impl VirtualColumns {
             group: vec![column.clone()],
             python: None,
             model: Some(model),
+            native: None,
         };
         let mut md = super::define::user_metadata(v.field_metadata.as_ref())?;
         md.extend(metadata);

@@ -19,6 +19,7 @@ pub mod declared;
 mod define;
 pub mod embedding;
 pub mod function;
+mod native;
 mod python;
 mod strict;
 
@@ -98,6 +99,9 @@ pub struct Definition {
     /// An embedding column's model (`udf_backend` "model"); `None` otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<embedding::ModelRef>,
+    /// A native Python column's source and environment (`udf_backend` "python-native").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native: Option<native::NativeDef>,
 }
 
 /// The type a column's UDF must return: the column's own, or for a multi-output UDF the
@@ -152,6 +156,8 @@ pub struct VirtualColumns {
     embedder: Option<Arc<dyn embedding::Embedder>>,
     /// Texts per model call for embedding columns.
     model_rows: usize,
+    /// Runs native Python columns; `None`: such columns are refused.
+    native: Option<Arc<crate::native::NativeTier>>,
 }
 
 impl VirtualColumns {
@@ -174,6 +180,7 @@ impl VirtualColumns {
             tenant_limits,
             embedder: None,
             model_rows: 1,
+            native: None,
         }
     }
 
@@ -181,6 +188,12 @@ impl VirtualColumns {
     pub fn with_embedder(mut self, embedder: Arc<dyn embedding::Embedder>, rows: usize) -> Self {
         self.embedder = Some(embedder);
         self.model_rows = rows.max(1);
+        self
+    }
+
+    /// Native Python columns run in `tier` (`None`: refused with a 400 that says so).
+    pub fn with_native(mut self, tier: Option<Arc<crate::native::NativeTier>>) -> Self {
+        self.native = tier;
         self
     }
 

@@ -71,9 +71,14 @@ pub(super) fn is_python(req: &UdfRequest<'_>) -> ApiResult<bool> {
     match req.backend.map(str::trim).filter(|b| !b.is_empty()) {
         Some(b) if b.eq_ignore_ascii_case(BACKEND) => Ok(true),
         Some(b) if b.eq_ignore_ascii_case(super::define::BACKEND) => Ok(false),
+        Some(b) if super::native::is_native_backend(Some(b)) => Err(ApiError::invalid(
+            "altering a column to udf_backend 'python-native' is not supported: drop the column \
+             and add it again",
+        )),
         Some(b) => Err(ApiError::invalid(format!(
             "udf_backend '{b}' is not supported; this server runs 'wasm' (WebAssembly) and \
-             'python' (CPython in the same sandbox) UDFs"
+             'python' (CPython in the same sandbox) UDFs, 'python-native' (CPython in an OS \
+             sandbox, when enabled) and 'model' (embedding columns)"
         ))),
         None => Ok(req.image.is_some_and(|i| i.trim().starts_with("python"))
             || (req.manifest.is_none_or(|m| m.trim().is_empty())
@@ -83,7 +88,7 @@ pub(super) fn is_python(req: &UdfRequest<'_>) -> ApiResult<bool> {
 
 /// The Python version an `image` asks for: `python:3.11-slim` is `3.11`. Lancet runs no
 /// containers, so any other image is refused by name.
-fn requested_version(image: Option<&str>) -> ApiResult<Option<String>> {
+pub(super) fn requested_version(image: Option<&str>) -> ApiResult<Option<String>> {
     let Some(image) = image.map(str::trim).filter(|i| !i.is_empty()) else {
         return Ok(None);
     };

@@ -1,0 +1,337 @@
+//! Native Python columns (`udf_backend: "python-native"`): the seed's Python payload (`udf` =
+//! base64 source, `udf_name` = the function or class, `image` = `python:X.Y`) run by the
+//! server's native tier (`crate::native`): a real CPython in a bubblewrap sandbox, with the pip
+//! packages the optional manifest names. Checked at definition (environment built, function
+//! loaded, a zero-row call) so a bad function or package is a 400 there, not a failed job.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, OnceLock};
+
+use arrow_array::RecordBatch;
+use arrow_schema::{DataType, Field, Schema};
+use lancet_native::{Code, FunctionSpec, Mode, Worker, WorkerKey};
+use lancet_udf::{OnError, sha256_hex};
+use serde::{Deserialize, Serialize};
+
+use super::backfill::Computed;
+use super::{DEFINITION_KEY, Definition, NewVirtual, VirtualColumns};
+use crate::error::{ApiError, ApiResult};
+use crate::native::{NativeTier, native_error};
+
+pub const BACKEND: &str = "python-native";
+
+/// Whether `udf_backend` asks for the native tier.
+pub fn is_native_backend(backend: Option<&str>) -> bool {
+    backend.is_some_and(|b| b.trim().eq_ignore_ascii_case(BACKEND))
+}
+
+/// What is stored with a native column (inside its [`Definition`]).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct NativeDef {
+    /// The source text; its sha256 is checked before every load.
+    pub source: String,
+    pub source_sha256: String,
+    /// `row`, `batch` or `record_batch`.
+    pub mode: String,
+    /// pip requirements of its environment.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pip: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// The interpreter version that checked it.
+    pub python_version: String,
+    #[serde(default)]
+    pub on_error: OnError,
+}
+
+/// The optional `manifest` of a native function: how it runs (the code is `udf`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NativeOptions {
+    #[serde(default)]
+    pip: Vec<String>,
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default)]
+    on_error: OnError,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+}
+
+fn mode_of(name: &str) -> ApiResult<Mode> {
+    match name {
+        "row" => Ok(Mode::Row),
+        "batch" => Ok(Mode::Batch),
+        "record_batch" => Ok(Mode::RecordBatch),
+        other => Err(ApiError::invalid(format!(
+            "manifest mode '{other}' is not one of row, batch, record_batch"
+        ))),
+    }
+}
+
+impl NativeDef {
+    /// The worker's spec, after checking the stored source still hashes to its sha256.
+    fn spec(
+        &self,
+        entry: &str,
+        output: DataType,
+        env_dir: std::path::PathBuf,
+    ) -> ApiResult<FunctionSpec> {
+        let actual = sha256_hex(self.source.as_bytes());
+        if actual != self.source_sha256 {
+            return Err(ApiError::internal(format!(
+                "stored source of '{entry}' hashes to {actual}, not {}",
+                self.source_sha256
+            )));
+        }
+        Ok(FunctionSpec {
+            code: Code::Source {
+                source: self.source.clone(),
+                entry: entry.to_string(),
+            },
+            mode: mode_of(&self.mode)?,
+            output,
+            environment: vec![env_dir],
+            env: self.env.clone().into_iter().collect(),
+            null_on_error: self.on_error == OnError::Null,
+        })
+    }
+}
+
+/// A native column as a backfill or insert computes it.
+pub(super) struct NativeUdf {
+    tier: Arc<NativeTier>,
+    def: NativeDef,
+    entry: String,
+    /// Which function, for the pool (with the tenant, its key).
+    function: String,
+    output: DataType,
+    pub(super) input_columns: Vec<String>,
+    inputs: Vec<Field>,
+    /// The worker spec, resolved on first use (on a blocking thread: pip may run).
+    spec: OnceLock<FunctionSpec>,
+}
+
+impl NativeUdf {
+    pub(super) fn on_error_null(&self) -> bool {
+        self.def.on_error == OnError::Null
+    }
+
+    pub(super) fn version(&self) -> &str {
+        &self.def.source_sha256
+    }
+
+    pub(super) fn label(&self) -> &str {
+        &self.entry
+    }
+
+    fn spec(&self) -> ApiResult<&FunctionSpec> {
+        if let Some(s) = self.spec.get() {
+            return Ok(s);
+        }
+        let dir = self.tier.environment(&self.def.pip)?;
+        let spec = self.def.spec(&self.entry, self.output.clone(), dir)?;
+        Ok(self.spec.get_or_init(|| spec))
+    }
+
+    /// Computes the column over `batch` (holding its inputs). Blocking.
+    pub(super) fn compute(&self, tenant: &str, batch: &RecordBatch) -> ApiResult<Computed> {
+        self.tier.allow(tenant)?;
+        let input = super::backfill::udf_input(&self.inputs, batch)?;
+        let out = self
+            .tier
+            .pool()
+            .call(
+                &WorkerKey {
+                    tenant: tenant.to_string(),
+                    function: self.function.clone(),
+                },
+                self.spec()?,
+                &input,
+            )
+            .map_err(native_error)?;
+        Ok(Computed {
+            values: out.values,
+            nulled: out.nulled as u64,
+            failures: Vec::new(),
+        })
+    }
+}
+
+impl VirtualColumns {
+    fn native(&self) -> ApiResult<&Arc<NativeTier>> {
+        self.native.as_ref().ok_or_else(|| {
+            ApiError::invalid(
+                "this server runs no native Python tier (udf_backend 'python-native'): its \
+                 operator starts it with --native-python (see docs/native-python.md)",
+            )
+        })
+    }
+
+    /// The native UDF of a column defined with `def`.
+    pub(super) fn native_udf(
+        &self,
+        def: &Definition,
+        native: &NativeDef,
+        inputs: Vec<Field>,
+        field: &Field,
+    ) -> ApiResult<NativeUdf> {
+        let tier = self.native()?.clone();
+        let digest = sha256_hex(
+            serde_json::to_string(native)
+                .map_err(|e| ApiError::internal(e.to_string()))?
+                .as_bytes(),
+        );
+        Ok(NativeUdf {
+            tier,
+            def: native.clone(),
+            entry: def.udf_name.clone(),
+            function: format!("{digest}:{}:{}", def.udf_name, field.data_type()),
+            output: field.data_type().clone(),
+            input_columns: def.input_columns.clone(),
+            inputs,
+            spec: OnceLock::new(),
+        })
+    }
+
+    /// The field of a new native column `name` (null until computed), its definition in its
+    /// metadata.
+    pub(super) async fn native_field(
+        &self,
+        tenant: &str,
+        schema: &lance_core::datatypes::Schema,
+        v: &NewVirtual,
+    ) -> ApiResult<Field> {
+        let tier = self.native()?.clone();
+        tier.allow(tenant)?;
+        let encoded = v.udf.as_deref().filter(|u| !u.is_empty()).ok_or_else(|| {
+            ApiError::invalid("a native Python UDF needs its source in 'udf' (base64)")
+        })?;
+        let entry = v
+            .udf_name
+            .clone()
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    "a native Python UDF needs 'udf_name': the function or class to call",
+                )
+            })?;
+        let source = lancet_udf::decode_python_source(encoded).map_err(super::udf_error)?;
+        if let Some(asked) = super::python::requested_version(v.image.as_deref())?
+            && asked != tier.python_minor()
+        {
+            return Err(ApiError::invalid(format!(
+                "image '{}' asks for Python {asked}, but this server's native tier runs Python {}",
+                v.image.as_deref().unwrap_or_default(),
+                tier.python_version()
+            )));
+        }
+        let (options, manifest_text, checksum) = options(v)?;
+        let mode = options.mode.clone().unwrap_or_else(|| "row".into());
+        mode_of(&mode)?;
+        let [output] = v.outputs.as_slice() else {
+            return Err(ApiError::invalid(format!(
+                "a native Python column declares exactly one output with its data_type, not {} \
+                 (a struct data_type gives several values per row)",
+                v.outputs.len()
+            )));
+        };
+        let declared = crate::json_types::parse_data_type(&output.data_type)?;
+        let arrow = arrow_schema::Schema::from(schema);
+        let mut inputs = Vec::new();
+        for c in &v.input_columns {
+            let f = arrow.field_with_name(c).map_err(|_| {
+                ApiError::column_not_found(format!(
+                    "input column '{c}' of a native Python UDF must be a top-level column"
+                ))
+            })?;
+            inputs.push(Field::new(c, f.data_type().clone(), true));
+        }
+        if inputs.is_empty() {
+            return Err(ApiError::invalid(
+                "input_columns must name at least one column",
+            ));
+        }
+        if schema.field(&output.column).is_some() {
+            return Err(ApiError::invalid(format!(
+                "column '{}' already exists",
+                output.column
+            )));
+        }
+        let native = NativeDef {
+            source_sha256: sha256_hex(source.as_bytes()),
+            source,
+            mode,
+            pip: options.pip,
+            env: options.env,
+            python_version: tier.python_version().to_string(),
+            on_error: options.on_error,
+        };
+        // Build its environment, load it in a sandbox and call it on no rows: a package pip
+        // cannot install, an import that fails or a missing function is a 400 here.
+        let (check, check_entry, check_type) = (native.clone(), entry.clone(), declared.clone());
+        let check_inputs = inputs.clone();
+        tokio::task::spawn_blocking(move || -> ApiResult<()> {
+            let dir = tier.environment(&check.pip)?;
+            let spec = check.spec(&check_entry, check_type, dir)?;
+            let mut worker = Worker::start(tier.pool().sandbox(), &spec).map_err(native_error)?;
+            let empty = RecordBatch::new_empty(Arc::new(Schema::new(check_inputs)));
+            worker.call(&empty).map_err(native_error)?;
+            Ok(())
+        })
+        .await
+        .map_err(|e| ApiError::internal(format!("the definition check stopped: {e}")))??;
+        let def = Definition {
+            input_columns: v.input_columns.clone(),
+            udf_name: entry,
+            udf_version: v
+                .udf_version
+                .clone()
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| native.source_sha256.clone()),
+            udf_backend: BACKEND.to_string(),
+            module_sha256: native.source_sha256.clone(),
+            manifest: manifest_text,
+            manifest_checksum: checksum,
+            image: v.image.clone(),
+            auto_backfill: v.auto_backfill.unwrap_or(false),
+            struct_field: String::new(),
+            group: vec![output.column.clone()],
+            python: None,
+            model: None,
+            native: Some(native),
+        };
+        let mut md = super::define::user_metadata(v.field_metadata.as_ref())?;
+        md.extend(output.metadata.clone().unwrap_or_default());
+        md.insert(
+            DEFINITION_KEY.to_string(),
+            serde_json::to_string(&def).map_err(|e| ApiError::internal(e.to_string()))?,
+        );
+        Ok(Field::new(&output.column, declared, output.nullable).with_metadata(md))
+    }
+}
+
+/// The manifest's options, with its text and checksum (verified).
+fn options(v: &NewVirtual) -> ApiResult<(NativeOptions, String, String)> {
+    let Some(text) = v.manifest.as_deref().filter(|m| !m.trim().is_empty()) else {
+        return Ok((NativeOptions::default(), String::new(), String::new()));
+    };
+    let checksum = v
+        .manifest_checksum
+        .as_deref()
+        .ok_or_else(|| ApiError::invalid("a 'manifest' needs its 'manifest_checksum'"))?;
+    let expected = checksum.trim().to_ascii_lowercase();
+    let actual = sha256_hex(text.as_bytes());
+    if actual != expected {
+        return Err(ApiError::invalid(format!(
+            "manifest checksum mismatch: manifest_checksum is {expected} but the manifest \
+             hashes to {actual}"
+        )));
+    }
+    let options: NativeOptions = serde_json::from_str(text).map_err(|e| {
+        ApiError::invalid(format!(
+            "a native Python UDF's manifest holds pip, mode, on_error and env: {e}"
+        ))
+    })?;
+    Ok((options, text.to_string(), expected))
+}
