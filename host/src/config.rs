@@ -273,6 +273,15 @@ pub struct ServeConfig {
         default_value = "/var/tmp/lancet-native"
     )]
     pub native_dir: PathBuf,
+    /// Site directories every native worker also imports from, after its own environment
+    /// (packages an operator installs once for every function, e.g. Geneva and its
+    /// dependencies for Geneva's pickled UDFs); bound read-only. Colon-separated.
+    #[arg(
+        long = "native-site",
+        env = "LANCET_NATIVE_SITE",
+        value_delimiter = ':'
+    )]
+    pub native_site: Vec<PathBuf>,
     /// Address space of each process of a native worker, in MiB.
     #[arg(long, env = "LANCET_NATIVE_MEMORY_MB", default_value_t = 2048)]
     pub native_memory_mb: u64,

@@ -19,6 +19,7 @@ const BASE: &[&str] = &["pyarrow", "cloudpickle"];
 pub struct NativeTier {
     pool: Pool,
     envs: Environments,
+    sites: Vec<PathBuf>,
     tenants: HashSet<String>,
 }
 
@@ -70,6 +71,7 @@ impl NativeTier {
         Ok(NativeTier {
             pool: Pool::new(sandbox, workers, workers * 64),
             envs,
+            sites: config.native_site.clone(),
             tenants: tenants
                 .iter()
                 .filter(|(_, s)| s.native_python)
@@ -99,9 +101,12 @@ impl NativeTier {
         &self.pool.sandbox().interpreter().version
     }
 
-    /// The environment holding `requirements`, built now if needed (blocking: pip runs).
-    pub fn environment(&self, requirements: &[String]) -> ApiResult<PathBuf> {
-        self.envs.ensure(requirements).map_err(native_error)
+    /// The site directories of a function needing `requirements`: its environment (built
+    /// now if needed; blocking: pip runs), then the operator's `--native-site` directories.
+    pub fn environment(&self, requirements: &[String]) -> ApiResult<Vec<PathBuf>> {
+        let mut dirs = vec![self.envs.ensure(requirements).map_err(native_error)?];
+        dirs.extend(self.sites.iter().cloned());
+        Ok(dirs)
     }
 
     /// The worker pool.

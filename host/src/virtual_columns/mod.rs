@@ -19,6 +19,7 @@ pub mod declared;
 mod define;
 pub mod embedding;
 pub mod function;
+mod geneva;
 mod native;
 mod python;
 mod strict;

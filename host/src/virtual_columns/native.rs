@@ -20,16 +20,21 @@ use crate::native::{NativeTier, native_error};
 
 pub const BACKEND: &str = "python-native";
 
-/// Whether `udf_backend` asks for the native tier.
+/// Whether `udf_backend` asks for the native tier: Lancet's own payload, or Geneva's.
 pub fn is_native_backend(backend: Option<&str>) -> bool {
     backend.is_some_and(|b| b.trim().eq_ignore_ascii_case(BACKEND))
+        || super::geneva::is_geneva_backend(backend)
 }
 
 /// What is stored with a native column (inside its [`Definition`]).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NativeDef {
-    /// The source text; its sha256 is checked before every load.
+    /// The source text (empty for a pickled function).
     pub source: String,
+    /// A pickled callable (Geneva's cloudpickled UDF), base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pickle: Option<String>,
+    /// The sha256 of the source (or of the pickle's bytes), checked before every load.
     pub source_sha256: String,
     /// `row`, `batch` or `record_batch`.
     pub mode: String,
@@ -75,23 +80,36 @@ impl NativeDef {
         &self,
         entry: &str,
         output: DataType,
-        env_dir: std::path::PathBuf,
+        environment: Vec<std::path::PathBuf>,
     ) -> ApiResult<FunctionSpec> {
-        let actual = sha256_hex(self.source.as_bytes());
+        let (code, actual) = match &self.pickle {
+            Some(b64) => {
+                use base64::Engine as _;
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(b64)
+                    .map_err(|e| ApiError::internal(format!("stored pickle of '{entry}': {e}")))?;
+                let sha = sha256_hex(&bytes);
+                (Code::Pickle { bytes }, sha)
+            }
+            None => (
+                Code::Source {
+                    source: self.source.clone(),
+                    entry: entry.to_string(),
+                },
+                sha256_hex(self.source.as_bytes()),
+            ),
+        };
         if actual != self.source_sha256 {
             return Err(ApiError::internal(format!(
-                "stored source of '{entry}' hashes to {actual}, not {}",
+                "stored code of '{entry}' hashes to {actual}, not {}",
                 self.source_sha256
             )));
         }
         Ok(FunctionSpec {
-            code: Code::Source {
-                source: self.source.clone(),
-                entry: entry.to_string(),
-            },
+            code,
             mode: mode_of(&self.mode)?,
             output,
-            environment: vec![env_dir],
+            environment,
             env: self.env.clone().into_iter().collect(),
             null_on_error: self.on_error == OnError::Null,
         })
@@ -129,8 +147,8 @@ impl NativeUdf {
         if let Some(s) = self.spec.get() {
             return Ok(s);
         }
-        let dir = self.tier.environment(&self.def.pip)?;
-        let spec = self.def.spec(&self.entry, self.output.clone(), dir)?;
+        let dirs = self.tier.environment(&self.def.pip)?;
+        let spec = self.def.spec(&self.entry, self.output.clone(), dirs)?;
         Ok(self.spec.get_or_init(|| spec))
     }
 
@@ -216,18 +234,38 @@ impl VirtualColumns {
                     "a native Python UDF needs 'udf_name': the function or class to call",
                 )
             })?;
-        let source = lancet_udf::decode_python_source(encoded).map_err(super::udf_error)?;
-        if let Some(asked) = super::python::requested_version(v.image.as_deref())?
+        let geneva = super::geneva::is_geneva_backend(v.udf_backend.as_deref());
+        let (source, pickle, image, options, manifest_text, checksum) = if geneva {
+            use base64::Engine as _;
+            let payload = super::geneva::decode_payload(encoded)?;
+            let (options, text, sum) = geneva_options(v)?;
+            let sha = sha256_hex(&payload.pickle);
+            let pickle = base64::engine::general_purpose::STANDARD.encode(&payload.pickle);
+            (
+                String::new(),
+                Some((pickle, sha)),
+                payload.python_image,
+                options,
+                text,
+                sum,
+            )
+        } else {
+            let source = lancet_udf::decode_python_source(encoded).map_err(super::udf_error)?;
+            let (options, text, sum) = options(v)?;
+            (source, None, v.image.clone(), options, text, sum)
+        };
+        if let Some(asked) = super::python::requested_version(image.as_deref())?
             && asked != tier.python_minor()
         {
             return Err(ApiError::invalid(format!(
                 "image '{}' asks for Python {asked}, but this server's native tier runs Python {}",
-                v.image.as_deref().unwrap_or_default(),
+                image.as_deref().unwrap_or_default(),
                 tier.python_version()
             )));
         }
-        let (options, manifest_text, checksum) = options(v)?;
-        let mode = options.mode.clone().unwrap_or_else(|| "row".into());
+        // Geneva calls its UDF objects with a RecordBatch of their inputs, whatever their kind.
+        let default_mode = if geneva { "record_batch" } else { "row" };
+        let mode = options.mode.clone().unwrap_or_else(|| default_mode.into());
         mode_of(&mode)?;
         let [output] = v.outputs.as_slice() else {
             return Err(ApiError::invalid(format!(
@@ -259,8 +297,12 @@ impl VirtualColumns {
             )));
         }
         let native = NativeDef {
-            source_sha256: sha256_hex(source.as_bytes()),
+            source_sha256: match &pickle {
+                Some((_, sha)) => sha.clone(),
+                None => sha256_hex(source.as_bytes()),
+            },
             source,
+            pickle: pickle.map(|(p, _)| p),
             mode,
             pip: options.pip,
             env: options.env,
@@ -272,8 +314,8 @@ impl VirtualColumns {
         let (check, check_entry, check_type) = (native.clone(), entry.clone(), declared.clone());
         let check_inputs = inputs.clone();
         tokio::task::spawn_blocking(move || -> ApiResult<()> {
-            let dir = tier.environment(&check.pip)?;
-            let spec = check.spec(&check_entry, check_type, dir)?;
+            let dirs = tier.environment(&check.pip)?;
+            let spec = check.spec(&check_entry, check_type, dirs)?;
             let mut worker = Worker::start(tier.pool().sandbox(), &spec).map_err(native_error)?;
             let empty = RecordBatch::new_empty(Arc::new(Schema::new(check_inputs)));
             worker.call(&empty).map_err(native_error)?;
@@ -289,7 +331,12 @@ impl VirtualColumns {
                 .clone()
                 .filter(|s| !s.is_empty())
                 .unwrap_or_else(|| native.source_sha256.clone()),
-            udf_backend: BACKEND.to_string(),
+            udf_backend: if geneva {
+                super::geneva::BACKEND
+            } else {
+                BACKEND
+            }
+            .to_string(),
             module_sha256: native.source_sha256.clone(),
             manifest: manifest_text,
             manifest_checksum: checksum,
@@ -309,6 +356,28 @@ impl VirtualColumns {
         );
         Ok(Field::new(&output.column, declared, output.nullable).with_metadata(md))
     }
+}
+
+/// A Geneva column's manifest (a GenevaManifest under Geneva's checksum rule), as options.
+fn geneva_options(v: &NewVirtual) -> ApiResult<(NativeOptions, String, String)> {
+    let Some(text) = v.manifest.as_deref().filter(|m| !m.trim().is_empty()) else {
+        return Ok((NativeOptions::default(), String::new(), String::new()));
+    };
+    let checksum = v
+        .manifest_checksum
+        .as_deref()
+        .ok_or_else(|| ApiError::invalid("a 'manifest' needs its 'manifest_checksum'"))?;
+    let m = super::geneva::manifest_options(text, checksum)?;
+    let options = NativeOptions {
+        pip: m.pip,
+        env: m.env,
+        ..Default::default()
+    };
+    Ok((
+        options,
+        text.to_string(),
+        checksum.trim().to_ascii_lowercase(),
+    ))
 }
 
 /// The manifest's options, with its text and checksum (verified).

@@ -1,0 +1,255 @@
+//! Geneva's UDF payloads (`udf_backend: "DockerUDFSpecV1"`), as Geneva 0.17's remote mode sends
+//! them, run by the native Python tier: `udf` is base64 of a JSON object holding the
+//! cloudpickled Geneva UDF (`udf_pickle`, base64) and its sha256 (`udf_checksum`); `manifest`
+//! is a GenevaManifest (pip packages, environment variables) under Geneva's own checksum rule.
+//! Lancet runs no containers: the image only names the Python version when it is a
+//! `python:X.Y` image.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use lancet_udf::sha256_hex;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::error::{ApiError, ApiResult};
+
+pub const BACKEND: &str = "DockerUDFSpecV1";
+
+/// Whether `udf_backend` is Geneva's.
+pub fn is_geneva_backend(backend: Option<&str>) -> bool {
+    backend.is_some_and(|b| b.trim() == BACKEND)
+}
+
+/// A decoded `DockerUDFSpecV1` payload.
+pub struct Payload {
+    /// The cloudpickled Geneva UDF.
+    pub pickle: Vec<u8>,
+    /// `python:3.11-slim` when the image is a Python one, for the version check.
+    pub python_image: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Spec {
+    image: Option<String>,
+    tag: Option<String>,
+    udf_pickle: String,
+    udf_checksum: String,
+    #[serde(default)]
+    workspace_zips: Option<Vec<String>>,
+    #[serde(default)]
+    workspace_zip: Option<String>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    workspace_checksum: Option<String>,
+}
+
+/// Decodes `udf` and checks the pickle against its checksum.
+pub fn decode_payload(udf: &str) -> ApiResult<Payload> {
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let json = b64.decode(udf.trim()).map_err(|e| {
+        ApiError::invalid(format!(
+            "udf of a DockerUDFSpecV1 column is not base64: {e}"
+        ))
+    })?;
+    let spec: Spec = serde_json::from_slice(&json).map_err(|e| {
+        ApiError::invalid(format!(
+            "udf of a DockerUDFSpecV1 column is not Geneva's spec JSON: {e}"
+        ))
+    })?;
+    if spec.workspace_zips.as_ref().is_some_and(|z| !z.is_empty()) || spec.workspace_zip.is_some() {
+        return Err(ApiError::invalid(
+            "workspace_zips (a workspace uploaded to object storage) is not supported: put the \
+             code in the UDF or its packages in the manifest's pip list",
+        ));
+    }
+    let pickle = b64
+        .decode(spec.udf_pickle.trim())
+        .map_err(|e| ApiError::invalid(format!("udf_pickle is not base64: {e}")))?;
+    let actual = sha256_hex(&pickle);
+    if actual != spec.udf_checksum.trim().to_ascii_lowercase() {
+        return Err(ApiError::invalid(format!(
+            "udf_checksum is {} but udf_pickle hashes to {actual}",
+            spec.udf_checksum
+        )));
+    }
+    let image = match (spec.image.as_deref(), spec.tag.as_deref()) {
+        (Some(i), Some(t)) if !t.is_empty() => format!("{i}:{t}"),
+        (Some(i), _) => i.to_string(),
+        _ => String::new(),
+    };
+    Ok(Payload {
+        pickle,
+        python_image: image.starts_with("python:").then_some(image),
+    })
+}
+
+/// What a GenevaManifest asks of the environment.
+#[derive(Default)]
+pub struct ManifestOptions {
+    pub pip: Vec<String>,
+    pub env: BTreeMap<String, String>,
+}
+
+/// Reads a GenevaManifest (`to_json()` text) after checking `checksum` by Geneva's rule (the
+/// sha256 of its fields but `name` and `checksum`, as sorted compact JSON) or the spec's (the
+/// text's sha256). Fields Lancet cannot honour are refused by name.
+pub fn manifest_options(text: &str, checksum: &str) -> ApiResult<ManifestOptions> {
+    let value: Value = serde_json::from_str(text)
+        .map_err(|e| ApiError::invalid(format!("manifest is not GenevaManifest JSON: {e}")))?;
+    let Value::Object(map) = &value else {
+        return Err(ApiError::invalid("manifest is not a JSON object"));
+    };
+    let expected = checksum.trim().to_ascii_lowercase();
+    let mut hashed = map.clone();
+    for k in [
+        "name",
+        "checksum",
+        "created_at",
+        "created_by",
+        "delete_local_zips",
+        "local_zip_output_dir",
+    ] {
+        hashed.remove(k);
+    }
+    let mut canonical = String::new();
+    python_json(&Value::Object(hashed), &mut canonical);
+    if sha256_hex(canonical.as_bytes()) != expected && sha256_hex(text.as_bytes()) != expected {
+        return Err(ApiError::invalid(format!(
+            "manifest checksum mismatch: manifest_checksum is {expected}, which is neither \
+             Geneva's checksum of the manifest nor its text's sha256"
+        )));
+    }
+    let mut out = ManifestOptions::default();
+    for (k, v) in map {
+        let empty = match v {
+            Value::Null => true,
+            Value::Array(a) => a
+                .iter()
+                .all(|x| matches!(x, Value::Array(inner) if inner.is_empty())),
+            Value::Object(o) => o.is_empty(),
+            Value::String(s) => s.is_empty(),
+            _ => false,
+        };
+        match k.as_str() {
+            "pip" => {
+                out.pip = serde_json::from_value(v.clone())
+                    .map_err(|e| ApiError::invalid(format!("manifest pip: {e}")))?
+            }
+            "env_vars" => {
+                out.env = serde_json::from_value(v.clone())
+                    .map_err(|e| ApiError::invalid(format!("manifest env_vars: {e}")))?
+            }
+            // Bookkeeping, or Ray's own images: nothing to run differently here.
+            "name"
+            | "version"
+            | "checksum"
+            | "created_at"
+            | "created_by"
+            | "skip_site_packages"
+            | "delete_local_zips"
+            | "local_zip_output_dir"
+            | "head_image"
+            | "worker_image" => {}
+            other if empty => {
+                let _ = other;
+            }
+            other => {
+                return Err(ApiError::invalid(format!(
+                    "manifest field '{other}' is not supported by Lancet's native tier (it \
+                     installs the manifest's pip packages and sets env_vars)"
+                )));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `value` as Python's `json.dumps(sort_keys=True, separators=(",", ":"))` writes it (ASCII
+/// only, keys sorted).
+fn python_json(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                python_string(k, out);
+                out.push(':');
+                python_json(&map[*k], out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, v) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                python_json(v, out);
+            }
+            out.push(']');
+        }
+        Value::String(s) => python_string(s, out),
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+fn python_string(s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 || (c as u32) > 0x7e => {
+                let mut buf = [0u16; 2];
+                for unit in c.encode_utf16(&mut buf) {
+                    out.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn python_json_matches_json_dumps() {
+        let v: Value =
+            serde_json::from_str(r#"{"b": [1, "é\n"], "a": {"z": null, "y": true}}"#).unwrap();
+        let mut s = String::new();
+        python_json(&v, &mut s);
+        // json.dumps(v, sort_keys=True, separators=(",", ":"))
+        assert_eq!(s, r#"{"a":{"y":true,"z":null},"b":[1,"\u00e9\n"]}"#);
+    }
+
+    #[test]
+    fn payloads_are_checked() {
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let pickle = b"pickle-bytes";
+        let spec = |sum: &str| {
+            b64.encode(format!(
+                r#"{{"image":"python","tag":"3.11-slim","workspace_checksum":null,"udf_pickle":"{}","udf_checksum":"{sum}"}}"#,
+                b64.encode(pickle)
+            ))
+        };
+        let ok = decode_payload(&spec(&sha256_hex(pickle))).unwrap();
+        assert_eq!(ok.pickle, pickle);
+        assert_eq!(ok.python_image.as_deref(), Some("python:3.11-slim"));
+        let err = decode_payload(&spec("00")).err().unwrap().to_string();
+        assert!(err.contains("hashes to"), "{err}");
+        assert!(decode_payload("not base64!").is_err());
+    }
+}
