@@ -62,6 +62,12 @@ pub(crate) fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
     Ok(())
 }
 
+/// Asks for a 1 MiB pipe buffer (best effort: the kernel may cap it).
+pub(crate) fn grow_pipe(fd: BorrowedFd<'_>) {
+    // SAFETY: fcntl on a descriptor this process owns; no memory is passed.
+    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETPIPE_SZ, 1 << 20) };
+}
+
 /// Waits until `fd` is ready for `events` or the deadline passes (`TimedOut`).
 fn wait(fd: BorrowedFd<'_>, events: libc::c_short, deadline: Instant) -> io::Result<()> {
     loop {

@@ -81,19 +81,25 @@ def compute(fn, setup, batch, out_type, pa):
         result = fn(batch)
     else:
         columns = [c.to_pylist() for c in batch.columns]
-        result = []
-        for i in range(n):
-            args = [c[i] for c in columns]
-            if any(a is None for a in args):
-                result.append(None)  # a null input gives a null output
-                continue
-            try:
-                result.append(fn(*args))
-            except Exception as e:  # noqa: BLE001 - the user's function may raise anything
-                if not setup.get("null_on_error"):
-                    return None, 0, (describe(e), i)
-                result.append(None)
-                nulled += 1
+        try:
+            # The fast path: one comprehension (a null input gives a null output).
+            if len(columns) == 1:
+                result = [None if v is None else fn(v) for v in columns[0]]
+            else:
+                result = [None if None in args else fn(*args) for args in zip(*columns)]
+        except Exception:  # noqa: BLE001 - find the row, apply on_error, row by row
+            result = []
+            for i, args in enumerate(zip(*columns)):
+                if None in args:
+                    result.append(None)
+                    continue
+                try:
+                    result.append(fn(*args))
+                except Exception as e:  # noqa: BLE001 - the user's function may raise anything
+                    if not setup.get("null_on_error"):
+                        return None, 0, (describe(e), i)
+                    result.append(None)
+                    nulled += 1
     if isinstance(result, pa.ChunkedArray):
         result = result.combine_chunks()
     if isinstance(result, pa.Array):

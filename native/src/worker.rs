@@ -141,6 +141,9 @@ impl Worker {
         let mut err = child.stderr.take().expect("piped stderr");
         frame::set_nonblocking(input.as_fd())?;
         frame::set_nonblocking(output.as_fd())?;
+        // A batch is usually more than the default 64 KiB: a bigger pipe saves round trips.
+        frame::grow_pipe(input.as_fd());
+        frame::grow_pipe(output.as_fd());
         let stderr = Arc::new(Mutex::new(Tail::default()));
         let sink = stderr.clone();
         std::thread::Builder::new()

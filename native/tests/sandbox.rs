@@ -35,8 +35,8 @@ fn environment() -> &'static PathBuf {
             .map(|v| Path::new(&v).join("bin/python"))
             .filter(|p| p.exists())
             .unwrap_or_else(|| "python3".into());
-        let root =
-            std::env::temp_dir().join(format!("lancet-native-test-envs-{}", std::process::id()));
+        // Kept between runs: environments are named by the hash of what they hold.
+        let root = std::env::temp_dir().join("lancet-native-test-envs");
         let envs = Environments::new(
             &root,
             &installer,

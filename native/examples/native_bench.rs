@@ -1,0 +1,128 @@
+//! Speed of the native tier against the same CPython outside the sandbox, in one run: a
+//! worker's cold start (sandbox + interpreter + pyarrow import + load), then a row-at-a-time and
+//! a pyarrow batch function over the same rows, in the same batches, both ways. Prints numbers;
+//! asserts nothing.
+//!
+//! `cargo run --release -p lancet-native --example native_bench [rows]` (default 1,000,000
+//! rows in batches of 8,192). Needs bwrap, /usr/bin/python3 and a Python with pip
+//! (`$LANCET_VENV/bin/python`, else `python3`) to build the pyarrow environment.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow_array::{ArrayRef, Int64Array, RecordBatch};
+use arrow_schema::DataType;
+use lancet_native::{Code, Environments, FunctionSpec, Interpreter, Limits, Mode, Sandbox, Worker};
+
+const BATCH: usize = 8192;
+const ROW_FN: &str = "def f(x):\n    return x * 2 + 1\n";
+const BATCH_FN: &str =
+    "import pyarrow.compute as pc\ndef f(x):\n    return pc.add(pc.multiply(x, 2), 1)\n";
+
+fn main() {
+    let rows: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1_000_000);
+    let python = PathBuf::from("/usr/bin/python3");
+    let interpreter = Interpreter::probe(&python).expect("python3");
+    let installer = std::env::var_os("LANCET_VENV")
+        .map(|v| Path::new(&v).join("bin/python"))
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| "python3".into());
+    let root = std::env::temp_dir().join("lancet-native-bench-envs");
+    let envs = Environments::new(
+        &root,
+        &installer,
+        interpreter.minor(),
+        None,
+        vec!["pyarrow".into()],
+    )
+    .expect("environments");
+    let env = envs.ensure(&[]).expect("pip installs pyarrow");
+    let sandbox = Arc::new(
+        Sandbox::new(Path::new("/usr/bin/bwrap"), interpreter, Limits::default()).unwrap(),
+    );
+    let spec = |src: &str, mode| FunctionSpec {
+        code: Code::Source {
+            source: src.into(),
+            entry: "f".into(),
+        },
+        mode,
+        output: DataType::Int64,
+        environment: vec![env.clone()],
+        env: vec![],
+        null_on_error: false,
+    };
+
+    let mut starts = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        let w = Worker::start(&sandbox, &spec(ROW_FN, Mode::Row)).unwrap();
+        starts.push(t.elapsed().as_secs_f64() * 1000.0);
+        drop(w);
+    }
+    starts.sort_by(f64::total_cmp);
+    println!(
+        "worker cold start (sandbox + CPython + pyarrow + load), median of 5: {:.0} ms",
+        starts[2]
+    );
+
+    let batches: Vec<RecordBatch> = (0..rows)
+        .step_by(BATCH)
+        .map(|start| {
+            let n = BATCH.min(rows - start);
+            let a: ArrayRef = Arc::new(Int64Array::from_iter_values(
+                (start..start + n).map(|i| (i % 1000) as i64),
+            ));
+            RecordBatch::try_from_iter([("x", a)]).unwrap()
+        })
+        .collect();
+    for (name, src, mode) in [("row", ROW_FN, Mode::Row), ("batch", BATCH_FN, Mode::Batch)] {
+        let mut w = Worker::start(&sandbox, &spec(src, mode)).unwrap();
+        w.call(&batches[0]).unwrap(); // warm
+        let t = Instant::now();
+        let mut sum = 0i64;
+        for b in &batches {
+            let out = w.call(b).unwrap().values;
+            sum += out.as_any().downcast_ref::<Int64Array>().unwrap().value(0);
+        }
+        let sandboxed = t.elapsed().as_secs_f64();
+        let outside = outside(&python, &env, src, mode == Mode::Row, rows);
+        println!(
+            "{name} function, {rows} rows: sandboxed {:.3} s ({:.0} ns/row), CPython outside {:.3} s ({:.0} ns/row): {:.2}x  (check {sum})",
+            sandboxed,
+            sandboxed * 1e9 / rows as f64,
+            outside,
+            outside * 1e9 / rows as f64,
+            sandboxed / outside
+        );
+    }
+}
+
+/// Seconds the same CPython takes for the same work in-process (no sandbox, no IPC): per batch,
+/// Python values out, the function, an int64 array back (row); or the function on the array.
+fn outside(python: &Path, env: &Path, src: &str, row: bool, rows: usize) -> f64 {
+    let script = format!(
+        "import sys, time\nsys.path.insert(0, {env:?})\nimport pyarrow as pa\n{src}\n\
+         batches = [pa.array([i % 1000 for i in range(s, min(s + {BATCH}, {rows}))], pa.int64()) for s in range(0, {rows}, {BATCH})]\n\
+         t = time.perf_counter()\n\
+         for b in batches:\n\
+         \x20   out = pa.array([None if v is None else f(v) for v in b.to_pylist()], pa.int64()) if {row} else f(b)\n\
+         print(time.perf_counter() - t)\n",
+        env = env.display().to_string(),
+        row = if row { "True" } else { "False" },
+    );
+    let out = Command::new(python)
+        .args(["-S", "-E", "-s", "-c", &script])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
