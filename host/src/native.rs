@@ -45,7 +45,7 @@ impl NativeTier {
 
     fn try_open(
         config: &ServeConfig,
-        python: &PathBuf,
+        python: &std::path::Path,
         tenants: &TenantTable,
     ) -> Result<Self, NativeError> {
         let interpreter = Interpreter::probe(python)?;
@@ -59,7 +59,7 @@ impl NativeTier {
         let installer = config
             .native_installer
             .clone()
-            .unwrap_or_else(|| python.clone());
+            .unwrap_or_else(|| python.to_path_buf());
         let envs = Environments::new(
             &config.native_dir,
             &installer,
