@@ -25,13 +25,15 @@ IN, OUT = _channel()
 
 
 def read_exact(n):
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = IN.read(n - len(buf))
-        if not chunk:
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = IN.readinto(view[got:])
+        if not k:
             sys.exit(0)  # the host closed the pipe: done
-        buf += chunk
-    return bytes(buf)
+        got += k
+    return buf
 
 
 def receive():
@@ -40,7 +42,10 @@ def receive():
 
 
 def send(kind, payload):
-    OUT.write(struct.pack("<cI", kind, len(payload)) + payload)
+    OUT.write(struct.pack("<cI", kind, len(payload)))
+    view = memoryview(payload)
+    while view:
+        view = view[OUT.write(view):]
 
 
 def fail(message, row=None):
@@ -118,7 +123,7 @@ def main():
         site.addsitedir(d)
     kind, payload = receive()
     assert kind == b"S", kind
-    setup = json.loads(payload)
+    setup = json.loads(bytes(payload))
     for k, v in (setup.get("env") or {}).items():
         os.environ[k] = v
     try:
@@ -146,10 +151,10 @@ def main():
             fail(error[0], error[1])
             continue
         sink = pa.BufferOutputStream()
-        counted = schema.with_metadata({"lancet.nulled": str(nulled)})
+        counted = schema.with_metadata({"lancet.nulled": str(nulled)}) if nulled else schema
         with pa.ipc.new_stream(sink, counted) as w:
             w.write_batch(pa.RecordBatch.from_arrays([result], schema=counted))
-        send(b"O", sink.getvalue().to_pybytes())
+        send(b"O", sink.getvalue())
 
 
 main()
