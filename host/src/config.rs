@@ -288,6 +288,9 @@ pub struct ServeConfig {
     /// Wall-time limit of one native batch, in milliseconds (the worker is killed past it).
     #[arg(long, env = "LANCET_NATIVE_TIMEOUT_MS", default_value_t = 60_000)]
     pub native_timeout_ms: u64,
+    /// Native batches one tenant runs at once (each in a worker of its own); more wait.
+    #[arg(long, env = "LANCET_NATIVE_TENANT_WORKERS", default_value_t = 2)]
+    pub native_tenant_workers: usize,
     /// Warm native workers kept per (tenant, function).
     #[arg(long, env = "LANCET_NATIVE_WORKERS", default_value_t = 2)]
     pub native_workers: usize,

@@ -69,7 +69,7 @@ impl NativeTier {
         )?;
         let workers = config.native_workers.max(1);
         Ok(NativeTier {
-            pool: Pool::new(sandbox, workers, workers * 64),
+            pool: Pool::new(sandbox, config.native_tenant_workers, workers, workers * 64),
             envs,
             sites: config.native_site.clone(),
             tenants: tenants

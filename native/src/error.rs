@@ -41,9 +41,9 @@ pub enum NativeError {
 }
 
 impl NativeError {
-    /// Whether the worker is still usable after this error (the function raised, or its
-    /// result was refused): the pool keeps it warm; after any other error it is discarded.
+    /// Whether the worker is still usable after this error (the function raised): the pool
+    /// keeps it warm; after any other error (a refused result included) it is discarded.
     pub fn worker_survives(&self) -> bool {
-        matches!(self, NativeError::Guest { .. } | NativeError::Result(_))
+        matches!(self, NativeError::Guest { .. })
     }
 }

@@ -6,9 +6,6 @@ use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::time::{Duration, Instant};
 
-/// The largest frame either side sends (a batch's IPC bytes): bigger is a protocol error.
-pub(crate) const MAX_FRAME: usize = 1 << 30;
-
 /// What a frame holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -96,45 +93,63 @@ fn wait(fd: BorrowedFd<'_>, events: libc::c_short, deadline: Instant) -> io::Res
     }
 }
 
-fn write_all(fd: BorrowedFd<'_>, mut data: &[u8], deadline: Instant) -> io::Result<()> {
-    while !data.is_empty() {
-        wait(fd, libc::POLLOUT, deadline)?;
-        // SAFETY: writes from a live slice.
-        let n = unsafe { libc::write(fd.as_raw_fd(), data.as_ptr().cast(), data.len()) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-            ) {
-                continue;
-            }
+/// Runs `op` (one read or write) whenever `fd` is ready for `events`, until it reports
+/// progress, the deadline passes or it fails; retries what non-blocking I/O asks to retry.
+fn io_once(
+    fd: BorrowedFd<'_>,
+    events: libc::c_short,
+    deadline: Instant,
+    mut op: impl FnMut() -> isize,
+) -> io::Result<usize> {
+    loop {
+        wait(fd, events, deadline)?;
+        let n = op();
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let e = io::Error::last_os_error();
+        if !matches!(
+            e.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+        ) {
             return Err(e);
         }
-        data = &data[n as usize..];
+    }
+}
+
+fn write_all(fd: BorrowedFd<'_>, mut data: &[u8], deadline: Instant) -> io::Result<()> {
+    while !data.is_empty() {
+        // SAFETY: writes from a live slice.
+        let n = io_once(fd, libc::POLLOUT, deadline, || unsafe {
+            libc::write(fd.as_raw_fd(), data.as_ptr().cast(), data.len())
+        })?;
+        data = &data[n..];
     }
     Ok(())
 }
 
-fn read_exact(fd: BorrowedFd<'_>, mut buf: &mut [u8], deadline: Instant) -> io::Result<()> {
-    while !buf.is_empty() {
-        wait(fd, libc::POLLIN, deadline)?;
-        // SAFETY: reads into a live, writable slice.
-        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-            ) {
-                continue;
-            }
-            return Err(e);
-        }
-        if n == 0 {
+/// Appends exactly `len` bytes to `out`, growing it only as bytes arrive: a length the peer
+/// declared is never allocated before it is really sent.
+fn read_into(
+    fd: BorrowedFd<'_>,
+    out: &mut Vec<u8>,
+    len: usize,
+    deadline: Instant,
+) -> io::Result<()> {
+    let end = out.len() + len;
+    while out.len() < end {
+        // At most 1 MiB beyond what has arrived.
+        let at = out.len();
+        out.resize(end.min(at + (1 << 20)), 0);
+        let room = &mut out[at..];
+        // SAFETY: reads into a live, writable slice of `room.len()` bytes.
+        let n = io_once(fd, libc::POLLIN, deadline, || unsafe {
+            libc::read(fd.as_raw_fd(), room.as_mut_ptr().cast(), room.len())
+        });
+        out.truncate(at + *n.as_ref().unwrap_or(&0));
+        if n? == 0 {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
-        buf = &mut buf[n as usize..];
     }
     Ok(())
 }
@@ -145,32 +160,34 @@ pub(crate) fn send(
     payload: &[u8],
     deadline: Instant,
 ) -> io::Result<()> {
-    if payload.len() > MAX_FRAME {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "frame too large",
-        ));
-    }
+    let len = u32::try_from(payload.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame too large"))?;
     let mut head = [0u8; 5];
     head[0] = kind.byte();
-    head[1..].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+    head[1..].copy_from_slice(&len.to_le_bytes());
     write_all(fd, &head, deadline)?;
     write_all(fd, payload, deadline)
 }
 
-pub(crate) fn receive(fd: BorrowedFd<'_>, deadline: Instant) -> io::Result<(Kind, Vec<u8>)> {
-    let mut head = [0u8; 5];
-    read_exact(fd, &mut head, deadline)?;
+/// The next frame, refused (`InvalidData`) if it declares more than `max` bytes: the peer is
+/// an untrusted worker.
+pub(crate) fn receive(
+    fd: BorrowedFd<'_>,
+    max: usize,
+    deadline: Instant,
+) -> io::Result<(Kind, Vec<u8>)> {
+    let mut head = Vec::with_capacity(5);
+    read_into(fd, &mut head, 5, deadline)?;
     let kind = Kind::of(head[0])?;
     let len = u32::from_le_bytes([head[1], head[2], head[3], head[4]]) as usize;
-    if len > MAX_FRAME {
+    if len > max {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            "frame too large",
+            format!("a frame of {len} bytes, over the {max} allowed"),
         ));
     }
-    let mut payload = vec![0u8; len];
-    read_exact(fd, &mut payload, deadline)?;
+    let mut payload = Vec::new();
+    read_into(fd, &mut payload, len, deadline)?;
     Ok((kind, payload))
 }
 

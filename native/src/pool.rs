@@ -1,7 +1,7 @@
 //! Warm workers, kept per (tenant, function) and never shared between tenants.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use arrow_array::RecordBatch;
@@ -22,6 +22,11 @@ pub struct WorkerKey {
 pub struct Pool {
     sandbox: Arc<Sandbox>,
     idle: Mutex<HashMap<WorkerKey, Vec<Worker>>>,
+    /// Batches running per tenant, at most `per_tenant`: one tenant's flood of calls waits
+    /// for its own workers instead of starting sandboxes without bound.
+    running: Mutex<HashMap<String, usize>>,
+    freed: Condvar,
+    per_tenant: usize,
     /// Idle workers kept per key and in all.
     per_key: usize,
     total: usize,
@@ -32,13 +37,16 @@ pub struct Pool {
 }
 
 impl Pool {
-    /// A pool starting workers in `sandbox`, keeping up to `per_key` idle workers a function
-    /// and `total` in all.
-    pub fn new(sandbox: Arc<Sandbox>, per_key: usize, total: usize) -> Self {
+    /// A pool starting workers in `sandbox`, running at most `per_tenant` batches of one
+    /// tenant at once, keeping up to `per_key` idle workers a function and `total` in all.
+    pub fn new(sandbox: Arc<Sandbox>, per_tenant: usize, per_key: usize, total: usize) -> Self {
         let cpu = sandbox.limits().cpu_seconds;
         Pool {
             sandbox,
             idle: Mutex::default(),
+            running: Mutex::default(),
+            freed: Condvar::new(),
+            per_tenant: per_tenant.max(1),
             per_key,
             total,
             max_calls: 10_000,
@@ -60,6 +68,7 @@ impl Pool {
         spec: &FunctionSpec,
         batch: &RecordBatch,
     ) -> Result<CallOutput, NativeError> {
+        let _slot = self.slot(&key.tenant);
         let mut worker = match self.take(key) {
             Some(w) => w,
             None => Worker::start(&self.sandbox, spec)?,
@@ -84,6 +93,19 @@ impl Pool {
         self.lock().values().map(Vec::len).sum()
     }
 
+    /// Waits for one of the tenant's `per_tenant` slots; held until the guard drops.
+    fn slot(&self, tenant: &str) -> Slot<'_> {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        while running.get(tenant).copied().unwrap_or(0) >= self.per_tenant {
+            running = self.freed.wait(running).unwrap_or_else(|p| p.into_inner());
+        }
+        *running.entry(tenant.to_string()).or_default() += 1;
+        Slot {
+            pool: self,
+            tenant: tenant.to_string(),
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<WorkerKey, Vec<Worker>>> {
         self.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -102,5 +124,24 @@ impl Pool {
         if list.len() < self.per_key && total < self.total {
             list.push(worker);
         }
+    }
+}
+
+/// A tenant's running batch; frees its slot when dropped.
+struct Slot<'a> {
+    pool: &'a Pool,
+    tenant: String,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        let mut running = self.pool.running.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = running.get_mut(&self.tenant) {
+            *n -= 1;
+            if *n == 0 {
+                running.remove(&self.tenant);
+            }
+        }
+        self.pool.freed.notify_all();
     }
 }

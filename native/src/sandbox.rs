@@ -6,7 +6,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::{Interpreter, NativeError, seccomp};
@@ -31,6 +31,9 @@ pub struct Limits {
     pub file_bytes: u64,
     /// Size of the private `/tmp`, bytes.
     pub tmp_bytes: u64,
+    /// Largest result one batch may return (its Arrow IPC bytes, and what decoding them
+    /// may allocate).
+    pub max_output_bytes: usize,
     /// Wall clock for one batch.
     pub call_timeout: Duration,
     /// Wall clock for starting a worker and loading its function (imports included).
@@ -45,6 +48,7 @@ impl Default for Limits {
             processes: 64,
             file_bytes: 256 << 20,
             tmp_bytes: 256 << 20,
+            max_output_bytes: 256 << 20,
             call_timeout: Duration::from_secs(60),
             start_timeout: Duration::from_secs(60),
         }
@@ -65,7 +69,12 @@ pub struct Sandbox {
     /// on the host.
     as_root: bool,
     next_uid: std::sync::atomic::AtomicU32,
+    /// Starts every worker: see [`Sandbox::spawn`].
+    spawner: std::sync::Mutex<std::sync::mpsc::Sender<Spawn>>,
 }
+
+/// A command to start, and where its child goes.
+type Spawn = (Command, std::sync::mpsc::Sender<std::io::Result<Child>>);
 
 /// Workers' uids when the server is root: `UID_BASE + n % UID_SPAN`, owning no host file.
 const UID_BASE: u32 = 0x4c_0000;
@@ -97,6 +106,7 @@ impl Sandbox {
             scripts,
             as_root,
             next_uid: Default::default(),
+            spawner: std::sync::Mutex::new(spawner()?),
         };
         sandbox.check()?;
         Ok(sandbox)
@@ -110,6 +120,21 @@ impl Sandbox {
     /// The limits workers run under.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// Starts `cmd` from the sandbox's own long-lived thread. bwrap's `--die-with-parent`
+    /// uses PR_SET_PDEATHSIG, which fires when the *thread* that forked it ends: a warm worker
+    /// started from a short-lived thread (a blocking-pool thread, a job's thread) would be
+    /// killed when that thread goes.
+    pub(crate) fn spawn(&self, cmd: Command) -> std::io::Result<Child> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        self.spawner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .send((cmd, tx))
+            .map_err(|_| std::io::Error::other("the sandbox's spawner thread is gone"))?;
+        rx.recv()
+            .map_err(|_| std::io::Error::other("the sandbox's spawner thread is gone"))?
     }
 
     fn check(&self) -> Result<(), NativeError> {
@@ -287,6 +312,19 @@ impl Sandbox {
         }
         Ok((cmd, read))
     }
+}
+
+/// The thread that forks every worker; it ends when its sandbox is dropped.
+fn spawner() -> Result<std::sync::mpsc::Sender<Spawn>, NativeError> {
+    let (tx, rx) = std::sync::mpsc::channel::<Spawn>();
+    std::thread::Builder::new()
+        .name("lancet-native-spawner".into())
+        .spawn(move || {
+            for (mut cmd, answer) in rx {
+                let _ = answer.send(cmd.spawn());
+            }
+        })?;
+    Ok(tx)
 }
 
 fn pipe() -> Result<(OwnedFd, OwnedFd), NativeError> {

@@ -105,8 +105,13 @@ pub struct Worker {
     python: String,
     calls: u64,
     call_timeout: Duration,
+    /// Largest result frame accepted (bytes).
+    max_output: usize,
     started: Instant,
 }
+
+/// Largest answer to the setup frame (a version, or an error message with a traceback).
+const MAX_CONTROL: usize = 1 << 20;
 
 impl std::fmt::Debug for Worker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -129,11 +134,11 @@ impl Worker {
         let mut args = vec!["-S", "-E", "-s", "-B", "/lancet/worker.py"];
         args.extend(dirs.iter().map(String::as_str));
         let (mut cmd, seccomp) = sandbox.command(&spec.environment, &args)?;
-        let mut child = cmd
-            .stdin(Stdio::piped())
+        cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
+            .stderr(Stdio::piped());
+        let mut child = sandbox
+            .spawn(cmd)
             .map_err(|e| NativeError::Unavailable(format!("starting bubblewrap: {e}")))?;
         drop(seccomp);
         let input = child.stdin.take().expect("piped stdin");
@@ -173,6 +178,7 @@ impl Worker {
             python: String::new(),
             calls: 0,
             call_timeout: limits.call_timeout,
+            max_output: limits.max_output_bytes,
             started: Instant::now(),
         };
         let setup = serde_json::json!({
@@ -194,7 +200,7 @@ impl Worker {
             setup.to_string().as_bytes(),
             deadline,
         )
-        .and_then(|()| frame::receive(worker.output.as_fd(), deadline));
+        .and_then(|()| frame::receive(worker.output.as_fd(), MAX_CONTROL, deadline));
         match answer {
             Ok((Kind::Ready, body)) => {
                 #[derive(serde::Deserialize)]
@@ -243,7 +249,7 @@ impl Worker {
         }
         let deadline = frame::deadline(self.call_timeout);
         let answer = frame::send(self.input.as_fd(), Kind::Batch, &ipc, deadline)
-            .and_then(|()| frame::receive(self.output.as_fd(), deadline));
+            .and_then(|()| frame::receive(self.output.as_fd(), self.max_output, deadline));
         self.calls += 1;
         match answer {
             Ok((Kind::Output, body)) => self.decode(&body, batch.num_rows()),
@@ -264,9 +270,11 @@ impl Worker {
     /// The result, checked: one column of the output type, one value per input row.
     fn decode(&self, body: &[u8], rows: usize) -> Result<CallOutput, NativeError> {
         let bad = |m: String| NativeError::Result(m);
-        let mut reader = arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(body), None)
-            .map_err(|e| bad(format!("not an Arrow IPC stream: {e}")))?;
-        let schema = reader.schema();
+        // The bytes come from the sandbox (its code can write to the protocol pipe): checked
+        // against hostile lengths before arrow decodes them, within the output budget.
+        let limits = lancet_ipc::Limits::new(self.max_output as u64);
+        let (schema, batches) = lancet_ipc::read(body, &limits)
+            .map_err(|e| bad(format!("not a readable Arrow IPC stream: {e}")))?;
         if schema.fields() != self.schema.fields() {
             return Err(bad(format!("schema {schema:?}, not {:?}", self.schema)));
         }
@@ -275,10 +283,9 @@ impl Worker {
             .get("lancet.nulled")
             .and_then(|n| n.parse().ok())
             .unwrap_or(0);
-        let out = reader
-            .next()
-            .ok_or_else(|| bad("no batch".into()))?
-            .map_err(|e| bad(format!("unreadable batch: {e}")))?;
+        let [out] = batches.as_slice() else {
+            return Err(bad(format!("{} batches, not one", batches.len())));
+        };
         if out.num_rows() != rows {
             return Err(bad(format!("{} values for {rows} rows", out.num_rows())));
         }
@@ -294,6 +301,10 @@ impl Worker {
         if e.kind() == std::io::ErrorKind::TimedOut {
             self.kill();
             return NativeError::Timeout(timeout);
+        }
+        if e.kind() == std::io::ErrorKind::InvalidData {
+            self.kill();
+            return NativeError::Result(format!("the worker broke the protocol: {e}"));
         }
         // It closed its pipe: give it a moment to exit, then say how it ended.
         let until = Instant::now() + Duration::from_secs(2);

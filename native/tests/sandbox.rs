@@ -133,7 +133,7 @@ fn row_batch_and_numpy_functions_compute_real_values() {
 
 #[test]
 fn a_stateful_function_is_set_up_once_per_worker_and_reused() {
-    let pool = Pool::new(sandbox(Limits::default()), 2, 8);
+    let pool = Pool::new(sandbox(Limits::default()), 2, 2, 8);
     let src = "import os\nSETUPS = []\nclass Model:\n    def __init__(self):\n        SETUPS.append(os.getpid())\n        self.weight = 10\n    def __call__(self, x):\n        return x * self.weight + len(SETUPS) * 1000\n";
     let spec = source(src, "Model", Mode::Row, DataType::Int64);
     let key = WorkerKey {
@@ -162,7 +162,7 @@ fn a_stateful_function_is_set_up_once_per_worker_and_reused() {
 
 #[test]
 fn a_raising_function_names_its_row_and_the_worker_lives_on() {
-    let pool = Pool::new(sandbox(Limits::default()), 2, 8);
+    let pool = Pool::new(sandbox(Limits::default()), 2, 2, 8);
     let spec = source(
         "def f(x):\n    return 10 // x\n",
         "f",
@@ -228,8 +228,12 @@ fn no_network_no_host_files_no_writes_outside_tmp() {
     std::fs::write(&secret, "secret").unwrap();
     let net = probe(&sb, "    s = socket.socket()\n    try:\n        s.connect(('1.1.1.1', 80))\n        return 'connected'\n    except OSError as e:\n        return str(e)").unwrap();
     assert!(net.contains("unreachable"), "{net}");
-    let lo = probe(&sb, "    s = socket.socket()\n    try:\n        s.connect(('127.0.0.1', 22))\n        return 'connected'\n    except OSError as e:\n        return str(e)").unwrap();
-    assert_ne!(lo, "connected");
+    // A port the host listens on: reachable from outside the sandbox, not from inside.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let lo = probe(&sb, &format!("    s = socket.socket()\n    try:\n        s.connect(('127.0.0.1', {port}))\n        return 'connected'\n    except OSError as e:\n        return type(e).__name__")).unwrap();
+    assert_eq!(lo, "ConnectionRefusedError");
+    drop(listener);
     for path in [
         "/etc/shadow",
         "/etc/passwd",
@@ -345,4 +349,74 @@ fn is_root() -> bool {
                 .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
         })
         .unwrap_or(false)
+}
+
+#[test]
+fn a_tenant_runs_at_most_its_share_of_batches_at_once() {
+    // One slot: three concurrent calls run one after another in one warm worker; without the
+    // limit they would start three sandboxes (all kept idle here: up to 4 per function).
+    let pool = Arc::new(Pool::new(sandbox(Limits::default()), 1, 4, 8));
+    let spec = source(
+        "import time\ndef f(x):\n    time.sleep(0.3)\n    return x\n",
+        "f",
+        Mode::Row,
+        DataType::Int64,
+    );
+    let key = WorkerKey {
+        tenant: "flood".into(),
+        function: "f".into(),
+    };
+    let calls: Vec<_> = (0..3)
+        .map(|_| {
+            let (pool, spec, key) = (pool.clone(), spec.clone(), key.clone());
+            std::thread::spawn(move || pool.call(&key, &spec, &ints(&[Some(1)])).unwrap())
+        })
+        .collect();
+    for c in calls {
+        c.join().unwrap();
+    }
+    assert_eq!(pool.idle(), 1);
+}
+
+#[test]
+fn a_worker_forging_protocol_frames_is_refused_and_replaced() {
+    let pool = Pool::new(sandbox(Limits::default()), 2, 2, 8);
+    let key = WorkerKey {
+        tenant: "t".into(),
+        function: "forger".into(),
+    };
+    // Its code writes to the protocol pipe itself: a frame claiming ~4 GiB, then garbage
+    // that is no Arrow stream. Neither is allocated or decoded on trust.
+    for (payload, words) in [
+        ("struct.pack('<cI', b'O', 0xFFFFFFF0)", "over the"),
+        (
+            "struct.pack('<cI', b'O', 12) + b'\\xff' * 12",
+            "not a readable Arrow IPC stream",
+        ),
+    ] {
+        let src = format!(
+            "import __main__, struct, time\ndef f(x):\n    __main__.OUT.write({payload})\n    time.sleep(30)\n"
+        );
+        let spec = source(&src, "f", Mode::Row, DataType::Int64);
+        match pool.call(&key, &spec, &ints(&[Some(1)])) {
+            Err(e @ NativeError::Result(_)) => assert!(e.to_string().contains(words), "{e}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            pool.idle(),
+            0,
+            "a worker that broke the protocol is not kept"
+        );
+    }
+    let honest = source(
+        "def f(x):\n    return x + 1\n",
+        "f",
+        Mode::Row,
+        DataType::Int64,
+    );
+    let out = pool.call(&key, &honest, &ints(&[Some(1)])).unwrap().values;
+    assert_eq!(
+        out.as_any().downcast_ref::<Int64Array>().unwrap().value(0),
+        2
+    );
 }

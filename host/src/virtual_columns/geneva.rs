@@ -151,9 +151,7 @@ pub fn manifest_options(text: &str, checksum: &str) -> ApiResult<ManifestOptions
             | "local_zip_output_dir"
             | "head_image"
             | "worker_image" => {}
-            other if empty => {
-                let _ = other;
-            }
+            _ if empty => {}
             other => {
                 return Err(ApiError::invalid(format!(
                     "manifest field '{other}' is not supported by Lancet's native tier (it \

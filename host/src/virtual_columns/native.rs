@@ -238,7 +238,7 @@ impl VirtualColumns {
         let (source, pickle, image, options, manifest_text, checksum) = if geneva {
             use base64::Engine as _;
             let payload = super::geneva::decode_payload(encoded)?;
-            let (options, text, sum) = geneva_options(v)?;
+            let (options, text, sum) = options(v, true)?;
             let sha = sha256_hex(&payload.pickle);
             let pickle = base64::engine::general_purpose::STANDARD.encode(&payload.pickle);
             (
@@ -251,7 +251,7 @@ impl VirtualColumns {
             )
         } else {
             let source = lancet_udf::decode_python_source(encoded).map_err(super::udf_error)?;
-            let (options, text, sum) = options(v)?;
+            let (options, text, sum) = options(v, false)?;
             (source, None, v.image.clone(), options, text, sum)
         };
         if let Some(asked) = super::python::requested_version(image.as_deref())?
@@ -358,30 +358,9 @@ impl VirtualColumns {
     }
 }
 
-/// A Geneva column's manifest (a GenevaManifest under Geneva's checksum rule), as options.
-fn geneva_options(v: &NewVirtual) -> ApiResult<(NativeOptions, String, String)> {
-    let Some(text) = v.manifest.as_deref().filter(|m| !m.trim().is_empty()) else {
-        return Ok((NativeOptions::default(), String::new(), String::new()));
-    };
-    let checksum = v
-        .manifest_checksum
-        .as_deref()
-        .ok_or_else(|| ApiError::invalid("a 'manifest' needs its 'manifest_checksum'"))?;
-    let m = super::geneva::manifest_options(text, checksum)?;
-    let options = NativeOptions {
-        pip: m.pip,
-        env: m.env,
-        ..Default::default()
-    };
-    Ok((
-        options,
-        text.to_string(),
-        checksum.trim().to_ascii_lowercase(),
-    ))
-}
-
-/// The manifest's options, with its text and checksum (verified).
-fn options(v: &NewVirtual) -> ApiResult<(NativeOptions, String, String)> {
+/// The manifest's options, with its text and checksum (verified): Lancet's own manifest, or
+/// for a Geneva column a GenevaManifest under Geneva's checksum rule.
+fn options(v: &NewVirtual, geneva: bool) -> ApiResult<(NativeOptions, String, String)> {
     let Some(text) = v.manifest.as_deref().filter(|m| !m.trim().is_empty()) else {
         return Ok((NativeOptions::default(), String::new(), String::new()));
     };
@@ -390,6 +369,15 @@ fn options(v: &NewVirtual) -> ApiResult<(NativeOptions, String, String)> {
         .as_deref()
         .ok_or_else(|| ApiError::invalid("a 'manifest' needs its 'manifest_checksum'"))?;
     let expected = checksum.trim().to_ascii_lowercase();
+    if geneva {
+        let m = super::geneva::manifest_options(text, checksum)?;
+        let options = NativeOptions {
+            pip: m.pip,
+            env: m.env,
+            ..Default::default()
+        };
+        return Ok((options, text.to_string(), expected));
+    }
     let actual = sha256_hex(text.as_bytes());
     if actual != expected {
         return Err(ApiError::invalid(format!(
