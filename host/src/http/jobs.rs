@@ -31,13 +31,23 @@ pub async fn backfill_column(
 ) -> ApiResult<Response> {
     let location = app.table(&target, &body.common.id).await?;
     let branch = target.branch(&body.common.branch);
+    let tenant = target.caller.tenant();
+    let geneva_jobs = backfill::geneva::find(
+        &app,
+        tenant,
+        target.caller.database.as_deref(),
+        &location,
+        &body.options.column,
+    )
+    .await;
     let job_id = backfill::submit(
         &app,
-        target.caller.tenant(),
+        tenant,
         target.id.clone(),
         location,
         branch,
         body.options,
+        geneva_jobs,
     )
     .await?;
     // 202, as the spec's generated clients expect (they deserialise no other status here).

@@ -114,7 +114,13 @@ impl VirtualColumns {
         let mut fields = Vec::new();
         for (name, v) in cols {
             if super::native::is_native_backend(v.udf_backend.as_deref()) {
-                fields.push(self.native_field(tenant, ds.schema(), &v).await?);
+                let field = self.native_field(tenant, ds.schema(), &v).await?;
+                if super::geneva::is_geneva_backend(v.udf_backend.as_deref()) {
+                    // Geneva's client reads the payload back before a blocking backfill.
+                    let spec = super::geneva::spec_json(v.udf.as_deref().unwrap_or_default())?;
+                    super::geneva::upload_payload(&ds, &spec).await?;
+                }
+                fields.push(field);
                 continue;
             }
             if super::embedding::is_model_backend(v.udf_backend.as_deref()) {

@@ -5,9 +5,10 @@
 //! Lancet runs no containers: the image only names the Python version when it is a
 //! `python:X.Y` image.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use base64::Engine as _;
+use lance::Dataset;
 use lancet_udf::sha256_hex;
 use serde::Deserialize;
 use serde_json::Value;
@@ -82,6 +83,82 @@ pub fn decode_payload(udf: &str) -> ApiResult<Payload> {
         pickle,
         python_image: image.starts_with("python:").then_some(image),
     })
+}
+
+/// Where Geneva's client finds a column's payload (its spec JSON, `udf` decoded), under the
+/// table's root: Geneva's own `add_columns` writes it there, and its blocking `backfill()`
+/// downloads it from there to check the UDF against the table before it starts a job.
+pub fn payload_path(spec_json: &[u8]) -> String {
+    format!("_udfs/{}", sha256_hex(spec_json))
+}
+
+/// The payload a column's `udf` carries (its base64 decoded), already checked by
+/// [`decode_payload`].
+pub fn spec_json(udf: &str) -> ApiResult<Vec<u8>> {
+    base64::engine::general_purpose::STANDARD
+        .decode(udf.trim())
+        .map_err(|e| ApiError::invalid(format!("udf of a DockerUDFSpecV1 column is not base64: {e}")))
+}
+
+/// What Geneva's client reads of a Geneva column's field metadata (the keys its own local
+/// `add_columns` writes): where the payload is, the UDF's name, backend and inputs.
+pub struct ClientMetadata<'a> {
+    pub spec_json: &'a [u8],
+    pub udf_name: &'a str,
+    pub input_columns: &'a [String],
+    pub auto_backfill: bool,
+    /// The manifest's text and checksum, when the column has one.
+    pub manifest: Option<(&'a str, &'a str)>,
+    /// The Python that runs the UDF (the native tier's).
+    pub python_version: &'a str,
+}
+
+impl ClientMetadata<'_> {
+    pub fn keys(&self) -> HashMap<String, String> {
+        let mut md = HashMap::from([
+            ("virtual_column".to_string(), "true".to_string()),
+            ("virtual_column.udf_backend".into(), BACKEND.into()),
+            ("virtual_column.udf_name".into(), self.udf_name.into()),
+            ("virtual_column.udf".into(), payload_path(self.spec_json)),
+            (
+                "virtual_column.udf_inputs".into(),
+                serde_json::to_string(self.input_columns).unwrap_or_default(),
+            ),
+            ("virtual_column.platform.system".into(), "Linux".into()),
+            (
+                "virtual_column.platform.arch".into(),
+                std::env::consts::ARCH.into(),
+            ),
+            (
+                "virtual_column.platform.python_version".into(),
+                self.python_version.into(),
+            ),
+            (
+                "virtual_column.auto_backfill".into(),
+                self.auto_backfill.to_string(),
+            ),
+        ]);
+        if let Some((text, checksum)) = self.manifest {
+            md.insert("virtual_column.manifest".into(), text.into());
+            md.insert("virtual_column.manifest_checksum".into(), checksum.into());
+        }
+        md
+    }
+}
+
+/// Writes the payload where [`payload_path`] says, under the table's main root (content
+/// addressed: writing it twice writes the same bytes).
+pub async fn upload_payload(ds: &Dataset, spec_json: &[u8]) -> ApiResult<()> {
+    let root = ds.branch_location().find_main().map_err(ApiError::from)?.path;
+    let path = payload_path(spec_json)
+        .split('/')
+        .fold(root, |p, part| p.join(part));
+    let store = ds.object_store(None).await.map_err(ApiError::from)?;
+    store
+        .put(&path, spec_json)
+        .await
+        .map_err(|e| ApiError::internal(format!("cannot store the UDF payload at {path}: {e}")))?;
+    Ok(())
 }
 
 /// What a GenevaManifest asks of the environment.

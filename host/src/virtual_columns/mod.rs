@@ -19,7 +19,7 @@ pub mod declared;
 mod define;
 pub mod embedding;
 pub mod function;
-mod geneva;
+pub(crate) mod geneva;
 mod native;
 mod python;
 mod strict;

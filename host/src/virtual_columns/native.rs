@@ -235,6 +235,11 @@ impl VirtualColumns {
                 )
             })?;
         let geneva = super::geneva::is_geneva_backend(v.udf_backend.as_deref());
+        let spec_json = if geneva {
+            super::geneva::spec_json(encoded)?
+        } else {
+            Vec::new()
+        };
         let (source, pickle, image, options, manifest_text, checksum) = if geneva {
             use base64::Engine as _;
             let payload = super::geneva::decode_payload(encoded)?;
@@ -350,6 +355,23 @@ impl VirtualColumns {
         };
         let mut md = super::define::user_metadata(v.field_metadata.as_ref())?;
         md.extend(output.metadata.clone().unwrap_or_default());
+        if geneva {
+            md.extend(
+                super::geneva::ClientMetadata {
+                    spec_json: &spec_json,
+                    udf_name: &def.udf_name,
+                    input_columns: &def.input_columns,
+                    auto_backfill: def.auto_backfill,
+                    manifest: (!def.manifest.is_empty())
+                        .then_some((def.manifest.as_str(), def.manifest_checksum.as_str())),
+                    python_version: def
+                        .native
+                        .as_ref()
+                        .map_or("", |n| n.python_version.as_str()),
+                }
+                .keys(),
+            );
+        }
         md.insert(
             DEFINITION_KEY.to_string(),
             serde_json::to_string(&def).map_err(|e| ApiError::internal(e.to_string()))?,

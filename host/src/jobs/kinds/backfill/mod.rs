@@ -3,6 +3,7 @@
 //! other nodes (`helper`), with the rows its UDF failed on recorded (`row_errors`).
 
 mod changed;
+pub mod geneva;
 mod helper;
 mod prepare;
 pub mod row_errors;
@@ -47,49 +48,18 @@ impl JobKind for Backfill {
     }
 
     fn run(&self, app: Arc<App>, job: Arc<Job>) -> BoxFuture<'static, ()> {
-        run::run(app, job).boxed()
+        async move {
+            let follower = geneva::Follower::start(&app, &job);
+            run::run(app, job).await;
+            if let Some(f) = follower {
+                f.ended();
+            }
+        }
+        .boxed()
     }
 
     fn progress(&self, job: &Job, r: &JobRecord) -> Value {
-        let (rows_total, fragments_total, fragments_done) = match &r.plan {
-            Some(p) => (
-                p.fragments.iter().map(|f| f.selected_rows).sum::<u64>(),
-                p.fragments.len() as u64,
-                p.fragments
-                    .iter()
-                    .filter(|f| {
-                        !matches!(
-                            f.status,
-                            FragmentStatus::Pending | FragmentStatus::Staged { .. }
-                        )
-                    })
-                    .count() as u64,
-            ),
-            None => (0, 0, 0),
-        };
-        // A node that does not run the job has no live counter: what is durable.
-        let durable_rows: u64 = r
-            .plan
-            .iter()
-            .flat_map(|p| &p.fragments)
-            .filter(|f| {
-                matches!(
-                    f.status,
-                    FragmentStatus::Staged { .. } | FragmentStatus::Committed { .. }
-                )
-            })
-            .map(|f| f.selected_rows)
-            .sum();
-        let live = job.progress();
-        json!({
-            "rows_done": live.rows_done.load(Ordering::Relaxed).max(durable_rows),
-            "rows_total": rows_total,
-            "rows_nulled": live.rows_nulled.load(Ordering::Relaxed),
-            "fragments_done": fragments_done,
-            "fragments_total": fragments_total,
-            "commits": r.commits,
-            "planned": r.plan.is_some(),
-        })
+        progress_of(job, r)
     }
 
     fn help_elsewhere(&self, app: &Arc<App>, record: &JobRecord) {
@@ -102,6 +72,49 @@ impl JobKind for Backfill {
     }
 }
 
+/// describe's `progress` of a backfill: rows and fragments done of those planned.
+fn progress_of(job: &Job, r: &JobRecord) -> Value {
+    let (rows_total, fragments_total, fragments_done) = match &r.plan {
+        Some(p) => (
+            p.fragments.iter().map(|f| f.selected_rows).sum::<u64>(),
+            p.fragments.len() as u64,
+            p.fragments
+                .iter()
+                .filter(|f| {
+                    !matches!(
+                        f.status,
+                        FragmentStatus::Pending | FragmentStatus::Staged { .. }
+                    )
+                })
+                .count() as u64,
+        ),
+        None => (0, 0, 0),
+    };
+    // A node that does not run the job has no live counter: what is durable.
+    let durable_rows: u64 = r
+        .plan
+        .iter()
+        .flat_map(|p| &p.fragments)
+        .filter(|f| {
+            matches!(
+                f.status,
+                FragmentStatus::Staged { .. } | FragmentStatus::Committed { .. }
+            )
+        })
+        .map(|f| f.selected_rows)
+        .sum();
+    let live = job.progress();
+    json!({
+        "rows_done": live.rows_done.load(Ordering::Relaxed).max(durable_rows),
+        "rows_total": rows_total,
+        "rows_nulled": live.rows_nulled.load(Ordering::Relaxed),
+        "fragments_done": fragments_done,
+        "fragments_total": fragments_total,
+        "commits": r.commits,
+        "planned": r.plan.is_some(),
+    })
+}
+
 /// Validate a backfill request completely, record the job and start it. Answers once the
 /// job is durable; the work happens in the background. One backfill per column at a time.
 pub async fn submit(
@@ -111,9 +124,11 @@ pub async fn submit(
     location: String,
     branch: Option<String>,
     options: BackfillOptions,
+    geneva_jobs: Option<Vec<String>>,
 ) -> ApiResult<String> {
     let latest = app.store.latest(&location, branch.as_deref()).await?;
     let mut spec = options.check(table_id, branch, latest.version().version)?;
+    spec.geneva_jobs = geneva_jobs;
     crate::field_path::parse(&spec.column)?;
     if options.is_plain_refresh()
         && let Some(refresh) =
@@ -128,7 +143,8 @@ pub async fn submit(
     prepare::prepare(app, tenant, &location, &spec).await?;
     let column = spec.column.clone();
     let stored = JobSpec::new(&spec)?;
-    app.jobs
+    let job_id = app
+        .jobs
         .submit(app, BACKFILL, tenant, location, stored, |other| {
             (other.spec.get("column").and_then(Value::as_str) == Some(column.as_str())).then(|| {
                 format!(
@@ -137,7 +153,12 @@ pub async fn submit(
                 )
             })
         })
-        .await
+        .await?;
+    // Before the answer: Geneva adds a row of its own unless it finds this one.
+    if let Err(e) = geneva::register(app, tenant, &job_id, &spec).await {
+        tracing::warn!(job_id = %job_id, error = %e, "cannot add the job to Geneva's job table");
+    }
+    Ok(job_id)
 }
 
 /// Where a job reads: its branch at its pinned version.

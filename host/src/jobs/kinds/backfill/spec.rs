@@ -56,6 +56,10 @@ pub struct BackfillSpec {
     /// written since the last complete refresh, and finishing records this one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refresh: Option<Refresh>,
+    /// The catalog id of the Geneva job table this job's state is mirrored into (`geneva`),
+    /// when the caller's database has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub geneva_jobs: Option<Vec<String>>,
 }
 
 /// A declared column's refresh: which field it records its read under, and what the previous
@@ -218,6 +222,7 @@ impl BackfillOptions {
             cluster,
             manifest: self.manifest.clone().filter(|m| !m.trim().is_empty()),
             refresh: None,
+            geneva_jobs: None,
         })
     }
 }

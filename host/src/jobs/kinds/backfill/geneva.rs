@@ -1,0 +1,310 @@
+//! Geneva's job table, kept up to date for the backfills it watches.
+//!
+//! Geneva 0.17's remote mode starts a backfill with `backfill_column`, then follows the job
+//! only through its own table `geneva_jobs` in the namespace `__system` beside the database's
+//! tables: its blocking `backfill()`, `get_job` and `list_jobs` read the job's row (status
+//! PENDING / RUNNING / DONE / FAILED / CANCELLED, events, metrics) and nothing else. Right
+//! after answering, Geneva "launches" the job: it adds a row for the job id unless one exists,
+//! else updates that row's bookkeeping fields.
+//!
+//! So when a database has that table, the server writes the job's row before it answers (Geneva
+//! then updates the row instead of adding a second one), and the node that runs the job mirrors
+//! its state into the row until the job ends ([`Follower`]). Only columns the table has are
+//! written, so older and newer Geneva schemas both work; a table Geneva has not made is never
+//! created here.
+
+use std::io::Cursor;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+use super::spec::BackfillSpec;
+use crate::App;
+use crate::error::{ApiError, ApiResult};
+use crate::jobs::Job;
+use crate::jobs::state::{JobRecord, JobState};
+use crate::store::MergeOptions;
+
+/// Geneva's namespace for its own tables, under the database.
+pub const SYSTEM_NAMESPACE: &str = "__system";
+/// Geneva's job table, in [`SYSTEM_NAMESPACE`].
+pub const JOBS_TABLE: &str = "geneva_jobs";
+
+/// How often a running job's row is brought up to date (Geneva polls every 2 s).
+const EVERY: Duration = Duration::from_secs(1);
+/// How long a finished job's last state is retried while its row is missing (a row Geneva
+/// adds itself, after the answer, for a job submitted before its table existed).
+const FINAL_WAIT: Duration = Duration::from_secs(60);
+
+/// The catalog id of the database's Geneva job table, when the job should be mirrored there:
+/// Geneva has made the table, or `column` is a Geneva column (Geneva makes the table when it
+/// first launches a job, right after this request is answered).
+pub async fn find(
+    app: &App,
+    tenant: &str,
+    database: Option<&str>,
+    location: &str,
+    column: &str,
+) -> Option<Vec<String>> {
+    let id: Vec<String> = database
+        .into_iter()
+        .chain([SYSTEM_NAMESPACE, JOBS_TABLE])
+        .map(str::to_string)
+        .collect();
+    if locate(app, tenant, &id).await.is_ok() {
+        return Some(id);
+    }
+    let ds = app.store.latest(location, None).await.ok()?;
+    let backend = ds.schema().field(column)?.metadata.get(GENEVA_BACKEND_KEY).cloned();
+    (backend.as_deref() == Some(crate::virtual_columns::geneva::BACKEND)).then_some(id)
+}
+
+/// The field metadata key Geneva reads a column's UDF backend from.
+const GENEVA_BACKEND_KEY: &str = "virtual_column.udf_backend";
+
+async fn locate(app: &App, tenant: &str, id: &[String]) -> ApiResult<String> {
+    app.tenants.catalog(tenant).await?.locate(id).await
+}
+
+/// Writes the row of a job just submitted, as Geneva's `launch` would (PENDING), unless a row
+/// with its id exists.
+pub async fn register(app: &App, tenant: &str, job_id: &str, spec: &BackfillSpec) -> ApiResult<()> {
+    let Some(jobs) = &spec.geneva_jobs else {
+        return Ok(());
+    };
+    // Not made yet: Geneva adds the row itself, with the table, after the answer.
+    let Ok(location) = locate(app, tenant, jobs).await else {
+        return Ok(());
+    };
+    let ds = app.store.latest(&location, None).await?;
+    let schema = Arc::new(arrow_schema::Schema::from(ds.schema()));
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    let row = json!({
+        "table_name": spec.table_id.last(),
+        "column_name": spec.column,
+        "job_id": job_id,
+        "job_type": "BACKFILL",
+        "status": "PENDING",
+        "launched_at": now,
+        "updated_at": now,
+        "config": json!({"where": spec.filter, "read_version": spec.read_version}).to_string(),
+        "metrics": [],
+        "events": ["Job submitted"],
+        "output_columns": [spec.column],
+    });
+    // Only the table's own columns: the decoder refuses a row that lacks a required one.
+    let row: serde_json::Map<String, Value> = row
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| schema.field_with_name(k).is_ok())
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let text = serde_json::to_string(&row).map_err(|e| ApiError::internal(e.to_string()))?;
+    let batch = arrow_json::ReaderBuilder::new(schema)
+        .build(Cursor::new(text.into_bytes()))
+        .and_then(|mut r| r.next().transpose())
+        .map_err(|e| {
+            ApiError::internal(format!("Geneva's job table has a schema Lancet cannot fill: {e}"))
+        })?
+        .ok_or_else(|| ApiError::internal("no job row was decoded"))?;
+    let opts = MergeOptions {
+        on: vec!["job_id".into()],
+        when_not_matched_insert_all: true,
+        ..Default::default()
+    };
+    app.store
+        .merge_insert(&location, None, vec![batch], &opts, None)
+        .await?;
+    Ok(())
+}
+
+/// Mirrors a running job's state into its Geneva row, on the node that runs the job.
+pub struct Follower {
+    ended: Arc<Notify>,
+}
+
+impl Follower {
+    /// Starts following `job` when its spec names a Geneva job table.
+    pub fn start(app: &Arc<App>, job: &Arc<Job>) -> Option<Self> {
+        let record = job.snapshot();
+        let spec: BackfillSpec = record.spec.typed().ok()?;
+        let jobs = spec.geneva_jobs?;
+        let ended = Arc::new(Notify::new());
+        let (app, job, signal) = (app.clone(), job.clone(), ended.clone());
+        tokio::spawn(async move {
+            if let Err(e) = follow(&app, &job, &jobs, &signal).await {
+                tracing::warn!(job_id = %job.snapshot().job_id, error = %e,
+                    "cannot keep the job's Geneva row up to date");
+            }
+        });
+        Some(Self { ended })
+    }
+
+    /// The runner is done: write the job's last state and stop.
+    pub fn ended(self) {
+        self.ended.notify_one();
+    }
+}
+
+/// What was last written to the row.
+#[derive(PartialEq, Clone)]
+struct Written {
+    status: &'static str,
+    rows: (u64, u64),
+}
+
+async fn follow(app: &App, job: &Job, jobs: &[String], ended: &Notify) -> ApiResult<()> {
+    let tenant = job.snapshot().tenant;
+    let mut location = None;
+    let mut last: Option<Written> = None;
+    let mut runner_ended = false;
+    let mut final_since: Option<tokio::time::Instant> = None;
+    loop {
+        if job.is_lost() {
+            return Ok(());
+        }
+        let r = job.snapshot();
+        let progress = super::progress_of(job, &r);
+        let rows = (
+            progress["rows_done"].as_u64().unwrap_or(0),
+            progress["rows_total"].as_u64().unwrap_or(0),
+        );
+        let now = Written {
+            status: status(r.state),
+            rows,
+        };
+        let last_write = runner_ended || r.state.is_terminal();
+        if location.is_none() {
+            location = locate(app, &tenant, jobs).await.ok();
+        }
+        if let Some(location) = &location
+            && last.as_ref() != Some(&now)
+        {
+            let event = event(last.as_ref(), &r);
+            if write(app, location, &r, &now, event.as_deref()).await? > 0 {
+                last = Some(now.clone());
+            }
+        }
+        if last_write {
+            if last.as_ref() == Some(&now) {
+                return Ok(());
+            }
+            let since = *final_since.get_or_insert_with(tokio::time::Instant::now);
+            if since.elapsed() > FINAL_WAIT {
+                return Err(ApiError::internal(format!(
+                    "no row for job {} appeared in {}",
+                    r.job_id,
+                    jobs.join("$")
+                )));
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(EVERY) => {}
+            _ = ended.notified(), if !runner_ended => runner_ended = true,
+        }
+    }
+}
+
+/// Geneva's status for a job state. A paused job waits to be resumed, as a pending one does.
+fn status(state: JobState) -> &'static str {
+    match state {
+        JobState::InProgress => "RUNNING",
+        JobState::Paused => "PENDING",
+        JobState::Done => "DONE",
+        JobState::Failed => "FAILED",
+        JobState::Cancelled => "CANCELLED",
+    }
+}
+
+/// The event a change of status adds to the row (Geneva shows the newest one).
+fn event(last: Option<&Written>, r: &JobRecord) -> Option<String> {
+    let now = status(r.state);
+    if last.is_some_and(|l| l.status == now) {
+        return None;
+    }
+    Some(match r.state {
+        JobState::InProgress => "Job running".to_string(),
+        JobState::Paused => "Job paused".to_string(),
+        JobState::Failed => format!(
+            "Job failed: {}",
+            r.failure.as_ref().map_or("", |f| f.message.as_str())
+        ),
+        _ => format!("Job completed with status {now}"),
+    })
+}
+
+/// Brings the row up to date; answers how many rows matched the job's id.
+async fn write(
+    app: &App,
+    location: &str,
+    r: &JobRecord,
+    now: &Written,
+    event: Option<&str>,
+) -> ApiResult<u64> {
+    let ds = app.store.latest(location, None).await?;
+    let has = |c: &str| ds.schema().field(c).is_some();
+    let mut set = vec![("status".to_string(), sql_string(now.status))];
+    let micros = |ms: i64| format!("to_timestamp_micros({})", ms.saturating_mul(1000));
+    if has("updated_at") {
+        set.push((
+            "updated_at".into(),
+            micros(chrono::Utc::now().timestamp_millis()),
+        ));
+    }
+    if let (true, Some(done)) = (has("completed_at"), r.finish_ms)
+        && r.state.is_terminal()
+    {
+        set.push(("completed_at".into(), micros(done)));
+    }
+    if has("metrics") {
+        let (n, total) = now.rows;
+        let metric = json!({
+            "name": "rows_checkpointed",
+            "n": n,
+            "total": total,
+            "done": r.state.is_terminal(),
+            "desc": "Rows checkpointed",
+        });
+        set.push((
+            "metrics".into(),
+            format!("make_array({})", sql_string(&metric.to_string())),
+        ));
+    }
+    if let (true, Some(e)) = (has("events"), event) {
+        set.push((
+            "events".into(),
+            format!("array_concat(events, make_array({}))", sql_string(e)),
+        ));
+    }
+    let predicate = format!("job_id = {}", sql_string(&r.job_id));
+    let (matched, _) = app
+        .store
+        .update(location, None, &set, Some(&predicate))
+        .await?;
+    Ok(matched)
+}
+
+/// A SQL string literal.
+fn sql_string(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sql_strings_are_quoted() {
+        assert_eq!(sql_string("it's"), "'it''s'");
+    }
+
+    #[test]
+    fn states_map_to_geneva_statuses() {
+        assert_eq!(status(JobState::InProgress), "RUNNING");
+        assert_eq!(status(JobState::Paused), "PENDING");
+        assert_eq!(status(JobState::Cancelled), "CANCELLED");
+    }
+}
