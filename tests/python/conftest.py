@@ -32,7 +32,7 @@ class Lancet:
         self.proc = subprocess.Popen(
             [self.binary, "serve", "--addr", "127.0.0.1:0", "--data", data_dir, *args],
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=open(os.environ["LANCET_STDERR"], "a") if os.environ.get("LANCET_STDERR") else subprocess.DEVNULL,
             text=True,
             env={**os.environ, "LANCET_BOOTSTRAP_KEY": ADMIN_KEY, **(env or {})},
         )

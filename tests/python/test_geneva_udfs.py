@@ -5,8 +5,10 @@ it; values are read back through Geneva. Scalar, batched (pa.Array) and stateful
 
 The sandbox needs Geneva importable to unpickle its UDF objects: the server gets the test venv's
 packages as `--native-site` (a hard-linked copy, so workers, which run as other uids, can read
-it; nothing is downloaded). Geneva's own job monitoring (its `__system/geneva_jobs` table) is
-not served yet, so the backfill is started and awaited with the generated client and lancedb."""
+it; nothing is downloaded). The first test starts and awaits backfills with the generated client
+and lancedb; the others use Geneva's own calls (blocking `backfill()`, `backfill_async()`,
+`get_job`, `list_jobs`), which read the field metadata Geneva's client expects and follow the job
+through the `__system/geneva_jobs` row the server keeps up to date."""
 import os
 import shutil
 import subprocess
@@ -95,5 +97,57 @@ def test_geneva_defines_scalar_batched_and_stateful_udf_columns(server):
         assert [got[i]["doubled"] for i in (1, 2, 3)] == [10, 14, 20]
         assert [got[i]["halved"] for i in (1, 2, 3)] == [2.5, 3.5, 5.0]
         assert [got[i]["shifted"] for i in (1, 2, 3)] == [1005, 1007, 1010]
+    finally:
+        db.close()
+
+
+@udf(data_type=pa.int64())
+def broken(x: int) -> int:
+    raise ValueError(f"cannot take {x}")
+
+
+def test_geneva_blocking_and_async_backfills_report_through_its_job_table(server):
+    server.post("/v1/namespace/jobs/create")
+    db = geneva.connect("db://jobs", api_key=server.key, host_override=server.base)
+    try:
+        t = db.create_table("g", pa.table({"id": [1, 2, 3], "x": [5, 7, 10]}))
+        t.add_columns({"doubled": doubled, "halved": halved, "broken": broken})
+        md = t.schema.field("doubled").metadata
+        assert md[b"virtual_column.udf_backend"] == b"DockerUDFSpecV1"
+        assert md[b"virtual_column.udf_name"] == b"doubled"
+        assert md[b"virtual_column.udf_inputs"] == b'["x"]'
+
+        # Blocking: Geneva downloads the payload, checks the UDF, starts the job and polls
+        # its row (the first job of this database: Geneva makes the job table itself).
+        first = t.backfill("doubled", timeout=120)
+        assert first.status == "DONE"
+        assert first.columns["doubled"].rows_processed == 3
+        # Async: the job table exists now, so the server writes the row before it answers.
+        job = t.backfill_async("halved")
+        second = job.result(timeout=120)
+        assert second.status == "DONE"
+        got = {r["id"]: r for r in db.open_table("g").to_arrow().to_pylist()}
+        assert [got[i]["doubled"] for i in (1, 2, 3)] == [10, 14, 20]
+        assert [got[i]["halved"] for i in (1, 2, 3)] == [2.5, 3.5, 5.0]
+
+        # A UDF that raises: the job's row says FAILED with the UDF's error, and the
+        # blocking call raises it.
+        with pytest.raises(RuntimeError, match="cannot take"):
+            t.backfill("broken", timeout=120)
+
+        record = db.get_job(first.job_id)
+        assert (getattr(record.status, "value", record.status), record.column_name, record.table_name) == ("DONE", "doubled", "g")
+        assert record.completed_at is not None
+        assert record.events[-1] == "Job completed with status DONE"
+        rows = {m.name: (m.n, m.total) for m in record.metrics}
+        assert rows["rows_checkpointed"] == (3, 3)
+        done = db.list_jobs(table_name="g", status="DONE")
+        assert sorted(j.column_name for j in done) == ["doubled", "halved"]
+        failed = db.list_jobs(table_name="g", status="FAILED")
+        assert [j.column_name for j in failed] == ["broken"]
+        assert "cannot take" in failed[0].events[-1]
+        # One row per job: Geneva found the server's row and did not add its own.
+        every = db.list_jobs(table_name="g", status=None)
+        assert len(every) == len({j.job_id for j in every}) == 3
     finally:
         db.close()

@@ -184,8 +184,13 @@ async fn follow(app: &App, job: &Job, jobs: &[String], ended: &Notify) -> ApiRes
             && last.as_ref() != Some(&now)
         {
             let event = event(last.as_ref(), &r);
-            if write(app, location, &r, &now, event.as_deref()).await? > 0 {
-                last = Some(now.clone());
+            // A failed write (a conflict with Geneva's own update of the row) is retried on
+            // the next tick.
+            match write(app, location, &r, &now, event.as_deref()).await {
+                Ok(0) => {}
+                Ok(_) => last = Some(now.clone()),
+                Err(e) => tracing::debug!(job_id = %r.job_id, error = %e,
+                    "the job's Geneva row was not updated; retrying"),
             }
         }
         if last_write {
