@@ -13,6 +13,7 @@ use super::pipeline::extract::{Common, JsonBody, Params, Target, page, paginate}
 use super::{AppState, reply};
 use crate::error::{ApiError, ApiResult};
 use crate::jobs::kinds::backfill::{self, BackfillOptions};
+use crate::jobs::kinds::geneva_jobs;
 use crate::jobs::state::JobState;
 
 #[derive(Deserialize, Default, schemars::JsonSchema)]
@@ -32,14 +33,9 @@ pub async fn backfill_column(
     let location = app.table(&target, &body.common.id).await?;
     let branch = target.branch(&body.common.branch);
     let tenant = target.caller.tenant();
-    let geneva_jobs = backfill::geneva::find(
-        &app,
-        tenant,
-        target.caller.database.as_deref(),
-        &location,
-        &body.options.column,
-    )
-    .await;
+    let geneva = geneva_jobs::is_geneva_column(&app, &location, &body.options.column).await;
+    let geneva_jobs =
+        geneva_jobs::find(&app, tenant, target.caller.database.as_deref(), geneva).await;
     let job_id = backfill::submit(
         &app,
         tenant,

@@ -17,9 +17,12 @@ use serde_json::{Value, json};
 use super::pipeline::extract::{JsonBody, Target, page};
 use super::{AppState, reply};
 use crate::error::{ApiError, ApiResult};
+use crate::jobs::kinds::backfill::spec::MAX_PARALLELISM;
+use crate::jobs::kinds::geneva_jobs;
 use crate::jobs::kinds::refresh::{self, RefreshSpec};
 use crate::views::ViewRecord;
 use crate::views::definition::Definition;
+use crate::views::geneva::{BOOKKEEPING_COLUMNS, is_geneva_query};
 
 #[derive(Deserialize, Default, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
@@ -58,15 +61,25 @@ fn source_id(target: &Target, def: &Definition) -> ApiResult<Vec<String>> {
     }
 }
 
-fn check_output_schema(raw: &str, schema: &Schema) -> ApiResult<()> {
+/// `geneva`: the schema of a Geneva view, whose bookkeeping columns Lancet's views do not have.
+fn check_output_schema(raw: &str, schema: &Schema, geneva: bool) -> ApiResult<()> {
     use base64::Engine;
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(raw.trim())
         .map_err(|e| ApiError::invalid(format!("output_schema is not base64: {e}")))?;
     // The client's bytes: checked (every declared length) before arrow reads them.
-    let declared = super::arrow_body::ArrowBody::decode(&bytes)
+    let mut declared = super::arrow_body::ArrowBody::decode(&bytes)
         .map_err(|e| ApiError::invalid(format!("output_schema: {}", e.message)))?
         .schema;
+    if geneva {
+        let kept: Vec<_> = declared
+            .fields()
+            .iter()
+            .filter(|f| !BOOKKEEPING_COLUMNS.contains(&f.name().as_str()))
+            .cloned()
+            .collect();
+        declared = Arc::new(Schema::new(kept));
+    }
     let shape = |s: &Schema| -> Vec<(String, String)> {
         s.fields()
             .iter()
@@ -130,7 +143,7 @@ pub async fn create(
     let source_location = target.catalog.locate(&source_id).await?;
     let schema = app.store.view_schema(&source_location, &definition).await?;
     if let Some(raw) = &body.output_schema {
-        check_output_schema(raw, &schema)?;
+        check_output_schema(raw, &schema, is_geneva_query(&sql))?;
     }
     let record = ViewRecord {
         definition,
@@ -193,11 +206,19 @@ async fn start_refresh(
 ) -> ApiResult<String> {
     // The source as the catalog has it now (it may have been dropped or replaced).
     let source_location = target.catalog.locate(&record.source_id).await?;
+    let geneva = is_geneva_query(&record.definition.query);
     let spec = RefreshSpec {
         table_id: target.id.clone(),
         view_query: record.definition.query.clone(),
         source_location,
         source_version,
+        geneva_jobs: geneva_jobs::find(
+            app,
+            target.caller.tenant(),
+            target.caller.database.as_deref(),
+            geneva,
+        )
+        .await,
     };
     refresh::submit(app, target.caller.tenant(), location, spec).await
 }
@@ -284,11 +305,6 @@ pub async fn refresh(
             "max_rows_per_fragment",
             body.max_rows_per_fragment.is_some(),
         ),
-        ("concurrency", body.concurrency.is_some()),
-        (
-            "intra_applier_concurrency",
-            body.intra_applier_concurrency.is_some(),
-        ),
         ("source_task_size", body.source_task_size.is_some()),
         ("output_limit", body.output_limit.is_some()),
         ("manifest", body.manifest.is_some()),
@@ -296,6 +312,18 @@ pub async fn refresh(
         if set {
             return Err(ApiError::invalid(format!(
                 "{name}: not supported for materialized view refreshes (a refresh is one scan of the source)"
+            )));
+        }
+    }
+    // Bounds on parallel workers (Geneva sends 8 and 1 by default): a query view's refresh is
+    // one scan, within any bound.
+    for (name, v) in [
+        ("concurrency", body.concurrency),
+        ("intra_applier_concurrency", body.intra_applier_concurrency),
+    ] {
+        if let Some(n) = v.filter(|n| !(1..=MAX_PARALLELISM).contains(n)) {
+            return Err(ApiError::invalid(format!(
+                "{name} must be between 1 and {MAX_PARALLELISM}, got {n}"
             )));
         }
     }

@@ -45,7 +45,11 @@ fn refuse(what: &str) -> ApiError {
 }
 
 impl Definition {
+    /// A view's query: SQL as above, or Geneva's query JSON (`super::geneva`).
     pub fn parse(sql: &str) -> ApiResult<Definition> {
+        if super::geneva::is_geneva_query(sql) {
+            return super::geneva::parse(sql);
+        }
         if sql.trim().is_empty() {
             return Err(ApiError::invalid(format!(
                 "a materialized view needs a 'query'; {SHAPE}"

@@ -5,6 +5,7 @@
 //! (clones, renames, replicas) and needs no store of its own.
 
 pub mod definition;
+pub mod geneva;
 pub mod saved;
 
 use std::collections::HashMap;

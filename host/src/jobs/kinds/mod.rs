@@ -12,6 +12,7 @@ use super::{Job, JobKind, Stop};
 pub mod backfill;
 pub mod function_build;
 pub mod function_drop;
+pub mod geneva_jobs;
 pub mod optimize;
 pub mod refresh;
 

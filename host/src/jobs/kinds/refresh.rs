@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use crate::App;
 use crate::error::{ApiError, ApiResult};
+use crate::jobs::kinds::geneva_jobs::{self, Follower, Launch};
 use crate::jobs::state::JobRecord;
 use crate::jobs::{Job, JobKind, JobSpec, Stop};
 use crate::views::SOURCE_VERSION_KEY;
@@ -32,6 +33,9 @@ pub struct RefreshSpec {
     pub source_location: String,
     /// The source version to read; None: the latest when the job runs.
     pub source_version: Option<u64>,
+    /// The Geneva job table this job's state is mirrored into (`geneva_jobs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub geneva_jobs: Option<Vec<String>>,
 }
 
 /// The refresh kind.
@@ -43,7 +47,20 @@ impl JobKind for Refresh {
     }
 
     fn run(&self, app: Arc<App>, job: Arc<Job>) -> BoxFuture<'static, ()> {
-        run(app, job).boxed()
+        async move {
+            let follower = job
+                .snapshot()
+                .spec
+                .typed::<RefreshSpec>()
+                .ok()
+                .and_then(|s| s.geneva_jobs)
+                .map(|jobs| Follower::start(&app, &job, jobs, rows_written, &["rows_checkpointed", "rows_refreshed"]));
+            run(app, job).await;
+            if let Some(f) = follower {
+                f.ended();
+            }
+        }
+        .boxed()
     }
 
     fn progress(&self, _job: &Job, r: &JobRecord) -> Value {
@@ -60,14 +77,38 @@ pub async fn submit(
     spec: RefreshSpec,
 ) -> ApiResult<String> {
     let stored = JobSpec::new(&spec)?;
-    app.jobs
+    let job_id = app
+        .jobs
         .submit(app, REFRESH, tenant, location, stored, |other| {
             Some(format!(
                 "the view already has a refresh in progress (job {})",
                 other.job_id
             ))
         })
-        .await
+        .await?;
+    if let Some(jobs) = &spec.geneva_jobs {
+        let launch = Launch {
+            job_id: &job_id,
+            table_name: spec.table_id.last().map_or("", String::as_str),
+            column_name: "",
+            job_type: "REFRESH",
+            config: json!({"src_version": spec.source_version}),
+        };
+        if let Err(e) = geneva_jobs::register(app, tenant, jobs, launch).await {
+            tracing::warn!(job_id = %job_id, error = %e, "cannot add the job to Geneva's job table");
+        }
+    }
+    Ok(job_id)
+}
+
+/// Rows the refresh wrote, once it has (Geneva's job row shows them).
+fn rows_written(_job: &Job, r: &JobRecord) -> (u64, u64) {
+    let n = r
+        .steps
+        .get(STEP)
+        .and_then(|s| s["rows_written"].as_u64())
+        .unwrap_or(0);
+    (n, n)
 }
 
 /// Run a refresh job to its end (also one resumed at start-up or taken over).

@@ -3,7 +3,6 @@
 //! other nodes (`helper`), with the rows its UDF failed on recorded (`row_errors`).
 
 mod changed;
-pub mod geneva;
 mod helper;
 mod prepare;
 pub mod row_errors;
@@ -20,6 +19,7 @@ use serde_json::{Value, json};
 use crate::App;
 use crate::error::ApiResult;
 use crate::jobs::state::{FragmentStatus, JobRecord};
+use crate::jobs::kinds::geneva_jobs::{self, Follower, Launch};
 use crate::jobs::{Job, JobKind, JobSpec};
 use crate::store::At;
 pub use spec::{BackfillOptions, BackfillSpec};
@@ -49,7 +49,13 @@ impl JobKind for Backfill {
 
     fn run(&self, app: Arc<App>, job: Arc<Job>) -> BoxFuture<'static, ()> {
         async move {
-            let follower = geneva::Follower::start(&app, &job);
+            let follower = job
+                .snapshot()
+                .spec
+                .typed::<BackfillSpec>()
+                .ok()
+                .and_then(|s| s.geneva_jobs)
+                .map(|jobs| Follower::start(&app, &job, jobs, rows_of, &["rows_checkpointed"]));
             run::run(app, job).await;
             if let Some(f) = follower {
                 f.ended();
@@ -70,6 +76,15 @@ impl JobKind for Backfill {
             helper::help(app, record.clone(), self.helping.clone());
         }
     }
+}
+
+/// Rows computed of those selected, for Geneva's job row.
+fn rows_of(job: &Job, r: &JobRecord) -> (u64, u64) {
+    let p = progress_of(job, r);
+    (
+        p["rows_done"].as_u64().unwrap_or(0),
+        p["rows_total"].as_u64().unwrap_or(0),
+    )
 }
 
 /// describe's `progress` of a backfill: rows and fragments done of those planned.
@@ -155,8 +170,17 @@ pub async fn submit(
         })
         .await?;
     // Before the answer: Geneva adds a row of its own unless it finds this one.
-    if let Err(e) = geneva::register(app, tenant, &job_id, &spec).await {
-        tracing::warn!(job_id = %job_id, error = %e, "cannot add the job to Geneva's job table");
+    if let Some(jobs) = &spec.geneva_jobs {
+        let launch = Launch {
+            job_id: &job_id,
+            table_name: spec.table_id.last().map_or("", String::as_str),
+            column_name: &spec.column,
+            job_type: "BACKFILL",
+            config: json!({"where": spec.filter, "read_version": spec.read_version}),
+        };
+        if let Err(e) = geneva_jobs::register(app, tenant, jobs, launch).await {
+            tracing::warn!(job_id = %job_id, error = %e, "cannot add the job to Geneva's job table");
+        }
     }
     Ok(job_id)
 }

@@ -1,6 +1,7 @@
-//! Geneva's job table, kept up to date for the backfills it watches.
+//! Geneva's job table, kept up to date for the jobs it watches (backfills and view refreshes).
 //!
-//! Geneva 0.17's remote mode starts a backfill with `backfill_column`, then follows the job
+//! Geneva 0.17's remote mode starts a backfill with `backfill_column` (a view refresh with
+//! `materialized_view/refresh`), then follows the job
 //! only through its own table `geneva_jobs` in the namespace `__system` beside the database's
 //! tables: its blocking `backfill()`, `get_job` and `list_jobs` read the job's row (status
 //! PENDING / RUNNING / DONE / FAILED / CANCELLED, events, metrics) and nothing else. Right
@@ -20,7 +21,6 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
-use super::spec::BackfillSpec;
 use crate::App;
 use crate::error::{ApiError, ApiResult};
 use crate::jobs::Job;
@@ -38,27 +38,32 @@ const EVERY: Duration = Duration::from_secs(1);
 /// adds itself, after the answer, for a job submitted before its table existed).
 const FINAL_WAIT: Duration = Duration::from_secs(60);
 
-/// The catalog id of the database's Geneva job table, when the job should be mirrored there:
-/// Geneva has made the table, or `column` is a Geneva column (Geneva makes the table when it
-/// first launches a job, right after this request is answered).
+/// The catalog id of the database's Geneva job table, when a job should be mirrored there:
+/// Geneva has made the table, or `geneva` says the job is on something Geneva defined (Geneva
+/// makes the table when it first launches a job, right after the request is answered).
 pub async fn find(
     app: &App,
     tenant: &str,
     database: Option<&str>,
-    location: &str,
-    column: &str,
+    geneva: bool,
 ) -> Option<Vec<String>> {
     let id: Vec<String> = database
         .into_iter()
         .chain([SYSTEM_NAMESPACE, JOBS_TABLE])
         .map(str::to_string)
         .collect();
-    if locate(app, tenant, &id).await.is_ok() {
-        return Some(id);
-    }
-    let ds = app.store.latest(location, None).await.ok()?;
-    let backend = ds.schema().field(column)?.metadata.get(GENEVA_BACKEND_KEY).cloned();
-    (backend.as_deref() == Some(crate::virtual_columns::geneva::BACKEND)).then_some(id)
+    (geneva || locate(app, tenant, &id).await.is_ok()).then_some(id)
+}
+
+/// Whether `column` of the table at `location` is a Geneva column.
+pub async fn is_geneva_column(app: &App, location: &str, column: &str) -> bool {
+    let Ok(ds) = app.store.latest(location, None).await else {
+        return false;
+    };
+    ds.schema()
+        .field(column)
+        .and_then(|f| f.metadata.get(GENEVA_BACKEND_KEY))
+        .is_some_and(|b| b == crate::virtual_columns::geneva::BACKEND)
 }
 
 /// The field metadata key Geneva reads a column's UDF backend from.
@@ -68,12 +73,21 @@ async fn locate(app: &App, tenant: &str, id: &[String]) -> ApiResult<String> {
     app.tenants.catalog(tenant).await?.locate(id).await
 }
 
-/// Writes the row of a job just submitted, as Geneva's `launch` would (PENDING), unless a row
-/// with its id exists.
-pub async fn register(app: &App, tenant: &str, job_id: &str, spec: &BackfillSpec) -> ApiResult<()> {
-    let Some(jobs) = &spec.geneva_jobs else {
-        return Ok(());
-    };
+/// The row of a job just submitted, as Geneva's `launch` writes it.
+pub struct Launch<'a> {
+    pub job_id: &'a str,
+    /// The table's name as Geneva knows it (the last part of its id).
+    pub table_name: &'a str,
+    /// The column a backfill computes; empty for a view refresh.
+    pub column_name: &'a str,
+    pub job_type: &'a str,
+    /// The job's parameters (Geneva keeps its launch arguments as JSON).
+    pub config: Value,
+}
+
+/// Writes the row of a job just submitted (PENDING) into `jobs`, unless a row with its id
+/// exists.
+pub async fn register(app: &App, tenant: &str, jobs: &[String], launch: Launch<'_>) -> ApiResult<()> {
     // Not made yet: Geneva adds the row itself, with the table, after the answer.
     let Ok(location) = locate(app, tenant, jobs).await else {
         return Ok(());
@@ -81,18 +95,19 @@ pub async fn register(app: &App, tenant: &str, job_id: &str, spec: &BackfillSpec
     let ds = app.store.latest(&location, None).await?;
     let schema = Arc::new(arrow_schema::Schema::from(ds.schema()));
     let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
+    let outputs: Vec<&str> = Some(launch.column_name).filter(|c| !c.is_empty()).into_iter().collect();
     let row = json!({
-        "table_name": spec.table_id.last(),
-        "column_name": spec.column,
-        "job_id": job_id,
-        "job_type": "BACKFILL",
+        "table_name": launch.table_name,
+        "column_name": launch.column_name,
+        "job_id": launch.job_id,
+        "job_type": launch.job_type,
         "status": "PENDING",
         "launched_at": now,
         "updated_at": now,
-        "config": json!({"where": spec.filter, "read_version": spec.read_version}).to_string(),
+        "config": launch.config.to_string(),
         "metrics": [],
         "events": ["Job submitted"],
-        "output_columns": [spec.column],
+        "output_columns": outputs,
     });
     // Only the table's own columns: the decoder refuses a row that lacks a required one.
     let row: serde_json::Map<String, Value> = row
@@ -126,27 +141,42 @@ pub struct Follower {
     ended: Arc<Notify>,
 }
 
+/// A job's progress as (rows done, rows in all), for the row's `rows_checkpointed` metric.
+pub type Progress = fn(&Job, &JobRecord) -> (u64, u64);
+
 impl Follower {
-    /// Starts following `job` when its spec names a Geneva job table.
-    pub fn start(app: &Arc<App>, job: &Arc<Job>) -> Option<Self> {
-        let record = job.snapshot();
-        let spec: BackfillSpec = record.spec.typed().ok()?;
-        let jobs = spec.geneva_jobs?;
+    /// Starts following `job` into the job table `jobs`; `metrics` names the row's metrics that show the progress (Geneva reads
+    /// `rows_checkpointed` as a backfill's rows, `rows_refreshed` as a refresh's).
+    pub fn start(
+        app: &Arc<App>,
+        job: &Arc<Job>,
+        jobs: Vec<String>,
+        progress: Progress,
+        metrics: &'static [&'static str],
+    ) -> Self {
         let ended = Arc::new(Notify::new());
         let (app, job, signal) = (app.clone(), job.clone(), ended.clone());
         tokio::spawn(async move {
-            if let Err(e) = follow(&app, &job, &jobs, &signal).await {
+            let how = How { progress, metrics };
+            if let Err(e) = follow(&app, &job, &jobs, how, &signal).await {
                 tracing::warn!(job_id = %job.snapshot().job_id, error = %e,
                     "cannot keep the job's Geneva row up to date");
             }
         });
-        Some(Self { ended })
+        Self { ended }
     }
 
     /// The runner is done: write the job's last state and stop.
     pub fn ended(self) {
         self.ended.notify_one();
     }
+}
+
+/// How a kind's progress shows in the row.
+#[derive(Clone, Copy)]
+struct How {
+    progress: Progress,
+    metrics: &'static [&'static str],
 }
 
 /// What was last written to the row.
@@ -156,7 +186,13 @@ struct Written {
     rows: (u64, u64),
 }
 
-async fn follow(app: &App, job: &Job, jobs: &[String], ended: &Notify) -> ApiResult<()> {
+async fn follow(
+    app: &App,
+    job: &Job,
+    jobs: &[String],
+    how: How,
+    ended: &Notify,
+) -> ApiResult<()> {
     let tenant = job.snapshot().tenant;
     let mut location = None;
     let mut last: Option<Written> = None;
@@ -167,11 +203,7 @@ async fn follow(app: &App, job: &Job, jobs: &[String], ended: &Notify) -> ApiRes
             return Ok(());
         }
         let r = job.snapshot();
-        let progress = super::progress_of(job, &r);
-        let rows = (
-            progress["rows_done"].as_u64().unwrap_or(0),
-            progress["rows_total"].as_u64().unwrap_or(0),
-        );
+        let rows = (how.progress)(job, &r);
         let now = Written {
             status: status(r.state),
             rows,
@@ -186,7 +218,7 @@ async fn follow(app: &App, job: &Job, jobs: &[String], ended: &Notify) -> ApiRes
             let event = event(last.as_ref(), &r);
             // A failed write (a conflict with Geneva's own update of the row) is retried on
             // the next tick.
-            match write(app, location, &r, &now, event.as_deref()).await {
+            match write(app, location, &r, &now, how.metrics, event.as_deref()).await {
                 Ok(0) => {}
                 Ok(_) => last = Some(now.clone()),
                 Err(e) => tracing::debug!(job_id = %r.job_id, error = %e,
@@ -247,6 +279,7 @@ async fn write(
     location: &str,
     r: &JobRecord,
     now: &Written,
+    metrics: &[&str],
     event: Option<&str>,
 ) -> ApiResult<u64> {
     let ds = app.store.latest(location, None).await?;
@@ -266,16 +299,22 @@ async fn write(
     }
     if has("metrics") {
         let (n, total) = now.rows;
-        let metric = json!({
-            "name": "rows_checkpointed",
-            "n": n,
-            "total": total,
-            "done": r.state.is_terminal(),
-            "desc": "Rows checkpointed",
-        });
+        let items: Vec<String> = metrics
+            .iter()
+            .map(|name| {
+                let metric = json!({
+                    "name": name,
+                    "n": n,
+                    "total": total,
+                    "done": r.state.is_terminal(),
+                    "desc": name.replace('_', " "),
+                });
+                sql_string(&metric.to_string())
+            })
+            .collect();
         set.push((
             "metrics".into(),
-            format!("make_array({})", sql_string(&metric.to_string())),
+            format!("make_array({})", items.join(", ")),
         ));
     }
     if let (true, Some(e)) = (has("events"), event) {
