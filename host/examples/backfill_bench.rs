@@ -211,7 +211,7 @@ async fn run_lancet(dir: &Path, max_checkpoint: usize) -> (f64, f64) {
         ..Default::default()
     };
     let (started, cpu) = (Instant::now(), cpu_secs());
-    let job = lancet::jobs::kinds::backfill::submit(&app, "default", id, location, None, options)
+    let job = lancet::jobs::kinds::backfill::submit(&app, "default", id, location, None, options, None)
         .await
         .unwrap();
     loop {

@@ -136,9 +136,16 @@ async fn view_requests_lancet_cannot_honour_are_refused_by_name() {
         let s = &s;
         async move { post_status(s, "/v1/materialized_view/v/refresh", body).await }
     };
-    let (st, b) = refresh(json!({"concurrency": 4})).await;
+    // Worker bounds are checked (a refresh is one scan, within any bound from 1 to 64).
+    let (st, b) = refresh(json!({"concurrency": 0})).await;
     assert_error(st, &b, 400, 13);
     assert!(b["error"].as_str().unwrap().contains("concurrency"), "{b}");
+    let (st, b) = refresh(json!({"intra_applier_concurrency": 65})).await;
+    assert_error(st, &b, 400, 13);
+    assert!(b["error"].as_str().unwrap().contains("intra_applier_concurrency"), "{b}");
+    let (st, b) = refresh(json!({"output_limit": 5})).await;
+    assert_error(st, &b, 400, 13);
+    assert!(b["error"].as_str().unwrap().contains("output_limit"), "{b}");
     let (st, b) = refresh(json!({"source_version": 9})).await;
     assert_error(st, &b, 404, 11);
     let (st, b) = refresh(json!({"cluster": "gpu"})).await;

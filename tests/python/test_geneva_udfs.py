@@ -182,3 +182,25 @@ def test_geneva_materialized_views_are_created_and_refreshed_with_its_defaults(s
         assert "udf_view" not in db.table_names()
     finally:
         db.close()
+
+
+@udf(data_type=pa.struct([("sum", pa.int64()), ("label", pa.string())]))
+def summary(id: int, x: int) -> dict:
+    return {"sum": id + x, "label": f"row {id}"}
+
+
+def test_geneva_struct_outputs_and_where_filters(server):
+    server.post("/v1/namespace/shapes/create")
+    db = geneva.connect("db://shapes", api_key=server.key, host_override=server.base)
+    try:
+        t = db.create_table("g", pa.table({"id": [1, 2, 3], "x": [5, 7, 10]}))
+        t.add_columns({"summary": summary, "doubled": doubled})
+        t.backfill("summary", timeout=120)
+        # Only the rows the filter selects are computed; the others stay null.
+        t.backfill("doubled", where="x > 5", timeout=120)
+        got = sorted(db.open_table("g").to_arrow().to_pylist(), key=lambda r: r["id"])
+        assert [r["summary"] for r in got] == [
+            {"sum": 6, "label": "row 1"}, {"sum": 9, "label": "row 2"}, {"sum": 13, "label": "row 3"}]
+        assert [r["doubled"] for r in got] == [None, 14, 20]
+    finally:
+        db.close()

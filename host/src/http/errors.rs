@@ -153,6 +153,16 @@ where
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
+    if matches!(
+        err.status,
+        StatusCode::PAYLOAD_TOO_LARGE | StatusCode::REQUEST_TIMEOUT
+    ) {
+        // The body was not read to its end, so the connection cannot carry another request:
+        // say so, or a client reusing it sees it closed under its next request.
+        rendered
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     if err.status == StatusCode::SERVICE_UNAVAILABLE {
         // Every 503 is a "come back later": overload, a busy UDF runtime, a full body budget.
         let retry = parts
