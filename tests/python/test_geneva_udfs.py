@@ -204,3 +204,29 @@ def test_geneva_struct_outputs_and_where_filters(server):
         assert [r["doubled"] for r in got] == [None, 14, 20]
     finally:
         db.close()
+
+
+@udf(data_type=pa.int64())
+def tripled(x: int) -> int:
+    return x * 3
+
+
+def test_geneva_alters_a_udf_column_and_backfills_it_again(server):
+    server.post("/v1/namespace/alters/create")
+    db = geneva.connect("db://alters", api_key=server.key, host_override=server.base)
+    try:
+        t = db.create_table("g", pa.table({"id": [1, 2, 3], "x": [5, 7, 10]}))
+        t.add_columns({"c": doubled})
+        t.backfill("c", timeout=120)
+        t.alter_columns({"path": "c", "udf": tripled})
+        d = server.post("/v1/table/alters$g/describe")["virtual_columns"]["c"]
+        assert (d["udf_name"], d["udf_backend"]) == ("tripled", "DockerUDFSpecV1")
+        md = db.open_table("g").schema.field("c").metadata
+        assert md[b"virtual_column.udf_name"] == b"tripled"
+        # Geneva pins the job to the version it last saw (before the alter): the job still
+        # computes with the column's definition as it was when the job was asked for.
+        t.backfill("c", where="1=1", timeout=120)
+        got = sorted(db.open_table("g").to_arrow().to_pylist(), key=lambda r: r["id"])
+        assert [r["c"] for r in got] == [15, 21, 30]
+    finally:
+        db.close()

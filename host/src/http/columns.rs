@@ -252,7 +252,13 @@ pub async fn alter(
             .await?
     } else {
         app.virtual_columns
-            .alter(&app.store, &location, branch.as_deref(), virtuals)
+            .alter(
+                &app.store,
+                target.caller.tenant(),
+                &location,
+                branch.as_deref(),
+                virtuals,
+            )
             .await?
     };
     Ok(reply(committed(&target.id, branch.as_deref(), version)))

@@ -114,7 +114,7 @@ impl VirtualColumns {
         let mut fields = Vec::new();
         for (name, v) in cols {
             if super::native::is_native_backend(v.udf_backend.as_deref()) {
-                let field = self.native_field(tenant, ds.schema(), &v).await?;
+                let field = self.native_field(tenant, ds.schema(), &v, None).await?;
                 if super::geneva::is_geneva_backend(v.udf_backend.as_deref()) {
                     // Geneva's client reads the payload back before a blocking backfill.
                     let spec = super::geneva::spec_json(v.udf.as_deref().unwrap_or_default())?;
@@ -228,6 +228,7 @@ impl VirtualColumns {
     pub async fn alter(
         &self,
         store: &Store,
+        tenant: &str,
         location: &str,
         branch: Option<&str>,
         cols: Vec<(String, AlterVirtual)>,
@@ -246,6 +247,11 @@ impl VirtualColumns {
                 .ok_or_else(|| {
                     ApiError::invalid(format!("column '{path}' is not a virtual column"))
                 })?;
+            if old.native.is_some() || super::native::is_native_backend(v.udf_backend.as_deref()) {
+                let md = self.alter_native(tenant, &ds, field, &old, v).await?;
+                updates.insert(path, md);
+                continue;
+            }
             if old.model.is_some() || super::embedding::is_model_backend(v.udf_backend.as_deref()) {
                 return Err(ApiError::invalid(format!(
                     "column '{path}': an embedding column cannot be altered into or out of a \
@@ -347,6 +353,73 @@ impl VirtualColumns {
             }
         }
         store.set_field_metadata(location, branch, updates).await
+    }
+}
+
+impl VirtualColumns {
+    /// The new metadata of a column altered to (or within) the native tier: the UDF is
+    /// checked as for a new column (environment, load, a call on no rows), the column keeps its
+    /// name and type. Leaving the native tier is refused.
+    async fn alter_native(
+        &self,
+        tenant: &str,
+        ds: &lance::Dataset,
+        field: &Field,
+        old: &Definition,
+        v: AlterVirtual,
+    ) -> ApiResult<HashMap<String, String>> {
+        let path = field.name();
+        let backend = v
+            .udf_backend
+            .clone()
+            .filter(|b| !b.trim().is_empty())
+            .unwrap_or_else(|| old.udf_backend.clone());
+        if !super::native::is_native_backend(Some(&backend)) {
+            return Err(ApiError::invalid(format!(
+                "column '{path}' runs in the native Python tier; altering it to udf_backend \
+                 '{backend}' is not supported: drop the column and add it again"
+            )));
+        }
+        if old.group.len() > 1 {
+            return Err(ApiError::invalid(format!(
+                "column '{path}' is one of a struct-output group; a native Python UDF fills one \
+                 column: drop the group and add the column again"
+            )));
+        }
+        let udf = v.udf.clone().filter(|u| !u.is_empty()).ok_or_else(|| {
+            ApiError::invalid(format!(
+                "altering column '{path}' to a native Python UDF needs the new UDF in 'udf'"
+            ))
+        })?;
+        // What the request leaves out is the old definition's, when the backend stays.
+        let same = backend.eq_ignore_ascii_case(&old.udf_backend);
+        let keep = |new: Option<String>, old: &str| {
+            new.or_else(|| (same && !old.is_empty()).then(|| old.to_string()))
+        };
+        let nv = NewVirtual {
+            input_columns: v
+                .input_columns
+                .clone()
+                .unwrap_or_else(|| old.input_columns.clone()),
+            outputs: Vec::new(),
+            image: keep(v.image.clone(), old.image.as_deref().unwrap_or_default()),
+            udf: Some(udf),
+            udf_name: keep(v.udf_name.clone(), &old.udf_name),
+            udf_version: v.udf_version.clone(),
+            udf_backend: Some(backend),
+            auto_backfill: Some(v.auto_backfill.unwrap_or(old.auto_backfill)),
+            manifest: keep(v.manifest.clone(), &old.manifest),
+            manifest_checksum: keep(v.manifest_checksum.clone(), &old.manifest_checksum),
+            field_metadata: v.field_metadata.clone(),
+        };
+        let altered = self
+            .native_field(tenant, ds.schema(), &nv, Some(field))
+            .await?;
+        if super::geneva::is_geneva_backend(nv.udf_backend.as_deref()) {
+            let spec = super::geneva::spec_json(nv.udf.as_deref().unwrap_or_default())?;
+            super::geneva::upload_payload(ds, &spec).await?;
+        }
+        Ok(altered.metadata().clone())
     }
 }
 

@@ -4,7 +4,7 @@
 //! packages the optional manifest names. Checked at definition (environment built, function
 //! loaded, a zero-row call) so a bad function or package is a 400 there, not a failed job.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, OnceLock};
 
 use arrow_array::RecordBatch;
@@ -212,13 +212,15 @@ impl VirtualColumns {
         })
     }
 
-    /// The field of a new native column `name` (null until computed), its definition in its
-    /// metadata.
+    /// The field of a new native column (null until computed), its definition in its
+    /// metadata; with `existing`, the new definition of that column (same name and type: its
+    /// UDF is altered).
     pub(super) async fn native_field(
         &self,
         tenant: &str,
         schema: &lance_core::datatypes::Schema,
         v: &NewVirtual,
+        existing: Option<&Field>,
     ) -> ApiResult<Field> {
         let tier = self.native()?.clone();
         tier.allow(tenant)?;
@@ -272,14 +274,27 @@ impl VirtualColumns {
         let default_mode = if geneva { "record_batch" } else { "row" };
         let mode = options.mode.clone().unwrap_or_else(|| default_mode.into());
         mode_of(&mode)?;
-        let [output] = v.outputs.as_slice() else {
-            return Err(ApiError::invalid(format!(
-                "a native Python column declares exactly one output with its data_type, not {} \
-                 (a struct data_type gives several values per row)",
-                v.outputs.len()
-            )));
+        let (column, declared, nullable, output_md) = match (existing, v.outputs.as_slice()) {
+            (Some(f), _) => (
+                f.name().clone(),
+                f.data_type().clone(),
+                f.is_nullable(),
+                HashMap::new(),
+            ),
+            (None, [output]) => (
+                output.column.clone(),
+                crate::json_types::parse_data_type(&output.data_type)?,
+                output.nullable,
+                output.metadata.clone().unwrap_or_default(),
+            ),
+            (None, outputs) => {
+                return Err(ApiError::invalid(format!(
+                    "a native Python column declares exactly one output with its data_type, \
+                     not {} (a struct data_type gives several values per row)",
+                    outputs.len()
+                )));
+            }
         };
-        let declared = crate::json_types::parse_data_type(&output.data_type)?;
         let arrow = arrow_schema::Schema::from(schema);
         let mut inputs = Vec::new();
         for c in &v.input_columns {
@@ -295,10 +310,10 @@ impl VirtualColumns {
                 "input_columns must name at least one column",
             ));
         }
-        if schema.field(&output.column).is_some() {
+        if existing.is_none() && schema.field(&column).is_some() {
             return Err(ApiError::invalid(format!(
                 "column '{}' already exists",
-                output.column
+                column
             )));
         }
         let native = NativeDef {
@@ -348,13 +363,13 @@ impl VirtualColumns {
             image: v.image.clone(),
             auto_backfill: v.auto_backfill.unwrap_or(false),
             struct_field: String::new(),
-            group: vec![output.column.clone()],
+            group: vec![column.clone()],
             python: None,
             model: None,
             native: Some(native),
         };
         let mut md = super::define::user_metadata(v.field_metadata.as_ref())?;
-        md.extend(output.metadata.clone().unwrap_or_default());
+        md.extend(output_md);
         if geneva {
             md.extend(
                 super::geneva::ClientMetadata {
@@ -376,7 +391,7 @@ impl VirtualColumns {
             DEFINITION_KEY.to_string(),
             serde_json::to_string(&def).map_err(|e| ApiError::internal(e.to_string()))?,
         );
-        Ok(Field::new(&output.column, declared, output.nullable).with_metadata(md))
+        Ok(Field::new(&column, declared, nullable).with_metadata(md))
     }
 }
 

@@ -152,6 +152,7 @@ pub async fn submit(
         // Giving the table stable row ids may have committed: read what is latest now.
         let latest = app.store.latest(&location, spec.branch.as_deref()).await?;
         spec.read_version = latest.version().version;
+        spec.definition_version = Some(spec.read_version);
         spec.filter = changed::filter(&spec.column, &refresh);
         spec.refresh = Some(refresh);
     }

@@ -24,6 +24,18 @@ pub(super) async fn prepare(
     let at = read_at(spec);
     let ds = app.store.read(location, &at).await?;
     crate::field_path::resolve(ds.schema(), &spec.column)?;
+    // The column's UDF as defined when the job was asked for, which may be newer than the
+    // version its inputs are read at.
+    let ds = match spec.definition_version {
+        Some(v) if v != spec.read_version => {
+            let def_at = crate::store::At {
+                branch: spec.branch.clone(),
+                version: Some(v),
+            };
+            app.store.read(location, &def_at).await?
+        }
+        _ => ds,
+    };
     let arrow = arrow_schema::Schema::from(ds.schema());
     // Preparing may compile the module: keep it off the async workers.
     let udf = match function::binding(&arrow, &spec.column)? {

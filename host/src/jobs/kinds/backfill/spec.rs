@@ -56,6 +56,12 @@ pub struct BackfillSpec {
     /// written since the last complete refresh, and finishing records this one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refresh: Option<Refresh>,
+    /// The table version whose definition of the column the job computes with: the latest
+    /// when it was submitted (a UDF altered after `read_version` is the one asked for); the
+    /// inputs are still read at `read_version`. None in jobs recorded before it existed:
+    /// `read_version`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub definition_version: Option<u64>,
     /// The catalog id of the Geneva job table this job's state is mirrored into (`geneva`),
     /// when the caller's database has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -222,6 +228,7 @@ impl BackfillOptions {
             cluster,
             manifest: self.manifest.clone().filter(|m| !m.trim().is_empty()),
             refresh: None,
+            definition_version: Some(latest),
             geneva_jobs: None,
         })
     }
