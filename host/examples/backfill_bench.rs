@@ -211,9 +211,10 @@ async fn run_lancet(dir: &Path, max_checkpoint: usize) -> (f64, f64) {
         ..Default::default()
     };
     let (started, cpu) = (Instant::now(), cpu_secs());
-    let job = lancet::jobs::kinds::backfill::submit(&app, "default", id, location, None, options, None)
-        .await
-        .unwrap();
+    let job =
+        lancet::jobs::kinds::backfill::submit(&app, "default", id, location, None, options, None)
+            .await
+            .unwrap();
     loop {
         let d = app.jobs.describe("default", &job).await.unwrap();
         match d["job_state"].as_str() {

@@ -142,7 +142,13 @@ async fn view_requests_lancet_cannot_honour_are_refused_by_name() {
     assert!(b["error"].as_str().unwrap().contains("concurrency"), "{b}");
     let (st, b) = refresh(json!({"intra_applier_concurrency": 65})).await;
     assert_error(st, &b, 400, 13);
-    assert!(b["error"].as_str().unwrap().contains("intra_applier_concurrency"), "{b}");
+    assert!(
+        b["error"]
+            .as_str()
+            .unwrap()
+            .contains("intra_applier_concurrency"),
+        "{b}"
+    );
     let (st, b) = refresh(json!({"output_limit": 5})).await;
     assert_error(st, &b, 400, 13);
     assert!(b["error"].as_str().unwrap().contains("output_limit"), "{b}");

@@ -69,13 +69,17 @@ pub fn parse(text: &str) -> ApiResult<Definition> {
             }
             ("limit", v) => {
                 def.limit = Some(v.as_u64().ok_or_else(|| {
-                    ApiError::invalid(format!("source_query: limit must be an integer >= 0, got {v}"))
+                    ApiError::invalid(format!(
+                        "source_query: limit must be an integer >= 0, got {v}"
+                    ))
                 })?)
             }
             ("columns", Value::Array(names)) => {
                 for n in names {
                     let n = n.as_str().ok_or_else(|| {
-                        ApiError::invalid("source_query: columns must be names or {name: expression}")
+                        ApiError::invalid(
+                            "source_query: columns must be names or {name: expression}",
+                        )
                     })?;
                     def.projections.push(Projection {
                         output_column: n.to_string(),
@@ -86,7 +90,9 @@ pub fn parse(text: &str) -> ApiResult<Definition> {
             ("columns", Value::Object(exprs)) => {
                 for (name, e) in exprs {
                     let e = e.as_str().ok_or_else(|| {
-                        ApiError::invalid(format!("source_query: column '{name}' needs a SQL expression"))
+                        ApiError::invalid(format!(
+                            "source_query: column '{name}' needs a SQL expression"
+                        ))
                     })?;
                     crate::sql_guard::check(e, &format!("source_query column '{name}'"))?;
                     def.projections.push(Projection {
@@ -130,9 +136,18 @@ mod tests {
     #[test]
     fn what_a_view_cannot_maintain_is_refused_by_name() {
         for (q, named) in [
-            (r#"{"base": {}, "column_udfs": [{"output_name": "d"}], "source_table": "s"}"#, "column_udfs"),
-            (r#"{"base": {"vector": [1.0]}, "source_table": "s"}"#, "base.vector"),
-            (r#"{"base": {}, "shuffle": true, "source_table": "s"}"#, "shuffle"),
+            (
+                r#"{"base": {}, "column_udfs": [{"output_name": "d"}], "source_table": "s"}"#,
+                "column_udfs",
+            ),
+            (
+                r#"{"base": {"vector": [1.0]}, "source_table": "s"}"#,
+                "base.vector",
+            ),
+            (
+                r#"{"base": {}, "shuffle": true, "source_table": "s"}"#,
+                "shuffle",
+            ),
             (r#"{"base": {}}"#, "source_table"),
             (r#"{"base": {"limit": -1}, "source_table": "s"}"#, "limit"),
         ] {

@@ -97,7 +97,11 @@ pub fn payload_path(spec_json: &[u8]) -> String {
 pub fn spec_json(udf: &str) -> ApiResult<Vec<u8>> {
     base64::engine::general_purpose::STANDARD
         .decode(udf.trim())
-        .map_err(|e| ApiError::invalid(format!("udf of a DockerUDFSpecV1 column is not base64: {e}")))
+        .map_err(|e| {
+            ApiError::invalid(format!(
+                "udf of a DockerUDFSpecV1 column is not base64: {e}"
+            ))
+        })
 }
 
 /// What Geneva's client reads of a Geneva column's field metadata (the keys its own local
@@ -149,7 +153,11 @@ impl ClientMetadata<'_> {
 /// Writes the payload where [`payload_path`] says, under the table's main root (content
 /// addressed: writing it twice writes the same bytes).
 pub async fn upload_payload(ds: &Dataset, spec_json: &[u8]) -> ApiResult<()> {
-    let root = ds.branch_location().find_main().map_err(ApiError::from)?.path;
+    let root = ds
+        .branch_location()
+        .find_main()
+        .map_err(ApiError::from)?
+        .path;
     let path = payload_path(spec_json)
         .split('/')
         .fold(root, |p, part| p.join(part));

@@ -87,7 +87,12 @@ pub struct Launch<'a> {
 
 /// Writes the row of a job just submitted (PENDING) into `jobs`, unless a row with its id
 /// exists.
-pub async fn register(app: &App, tenant: &str, jobs: &[String], launch: Launch<'_>) -> ApiResult<()> {
+pub async fn register(
+    app: &App,
+    tenant: &str,
+    jobs: &[String],
+    launch: Launch<'_>,
+) -> ApiResult<()> {
     // Not made yet: Geneva adds the row itself, with the table, after the answer.
     let Ok(location) = locate(app, tenant, jobs).await else {
         return Ok(());
@@ -95,7 +100,10 @@ pub async fn register(app: &App, tenant: &str, jobs: &[String], launch: Launch<'
     let ds = app.store.latest(&location, None).await?;
     let schema = Arc::new(arrow_schema::Schema::from(ds.schema()));
     let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
-    let outputs: Vec<&str> = Some(launch.column_name).filter(|c| !c.is_empty()).into_iter().collect();
+    let outputs: Vec<&str> = Some(launch.column_name)
+        .filter(|c| !c.is_empty())
+        .into_iter()
+        .collect();
     let row = json!({
         "table_name": launch.table_name,
         "column_name": launch.column_name,
@@ -122,7 +130,9 @@ pub async fn register(app: &App, tenant: &str, jobs: &[String], launch: Launch<'
         .build(Cursor::new(text.into_bytes()))
         .and_then(|mut r| r.next().transpose())
         .map_err(|e| {
-            ApiError::internal(format!("Geneva's job table has a schema Lancet cannot fill: {e}"))
+            ApiError::internal(format!(
+                "Geneva's job table has a schema Lancet cannot fill: {e}"
+            ))
         })?
         .ok_or_else(|| ApiError::internal("no job row was decoded"))?;
     let opts = MergeOptions {
@@ -186,13 +196,7 @@ struct Written {
     rows: (u64, u64),
 }
 
-async fn follow(
-    app: &App,
-    job: &Job,
-    jobs: &[String],
-    how: How,
-    ended: &Notify,
-) -> ApiResult<()> {
+async fn follow(app: &App, job: &Job, jobs: &[String], how: How, ended: &Notify) -> ApiResult<()> {
     let tenant = job.snapshot().tenant;
     let mut location = None;
     let mut last: Option<Written> = None;

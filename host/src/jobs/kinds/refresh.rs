@@ -54,7 +54,15 @@ impl JobKind for Refresh {
                 .typed::<RefreshSpec>()
                 .ok()
                 .and_then(|s| s.geneva_jobs)
-                .map(|jobs| Follower::start(&app, &job, jobs, rows_written, &["rows_checkpointed", "rows_refreshed"]));
+                .map(|jobs| {
+                    Follower::start(
+                        &app,
+                        &job,
+                        jobs,
+                        rows_written,
+                        &["rows_checkpointed", "rows_refreshed"],
+                    )
+                });
             run(app, job).await;
             if let Some(f) = follower {
                 f.ended();

@@ -18,8 +18,8 @@ use serde_json::{Value, json};
 
 use crate::App;
 use crate::error::ApiResult;
-use crate::jobs::state::{FragmentStatus, JobRecord};
 use crate::jobs::kinds::geneva_jobs::{self, Follower, Launch};
+use crate::jobs::state::{FragmentStatus, JobRecord};
 use crate::jobs::{Job, JobKind, JobSpec};
 use crate::store::At;
 pub use spec::{BackfillOptions, BackfillSpec};
