@@ -133,9 +133,16 @@ def main():
     except BaseException as e:  # noqa: BLE001 - report, then exit
         fail(describe(e) + "\n" + traceback.format_exc(limit=-3))
         return
+    # A Geneva UDF object says what it returns: a flat type other than the column's is refused
+    # when the column is defined or altered, not when a backfill casts its first values.
+    out_type = schema.field(0).type
+    declared = getattr(fn, "data_type", None)
+    if isinstance(declared, pa.DataType) and not pa.types.is_nested(declared) \
+            and not pa.types.is_nested(out_type) and declared != out_type:
+        fail(f"the UDF returns {declared}, but the column holds {out_type}")
+        return
     version = "%d.%d.%d" % sys.version_info[:3]
     send(b"R", json.dumps({"python": version}).encode())
-    out_type = schema.field(0).type
     while True:
         kind, payload = receive()
         if kind != b"B":

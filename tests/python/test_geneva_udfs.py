@@ -228,5 +228,10 @@ def test_geneva_alters_a_udf_column_and_backfills_it_again(server):
         t.backfill("c", where="1=1", timeout=120)
         got = sorted(db.open_table("g").to_arrow().to_pylist(), key=lambda r: r["id"])
         assert [r["c"] for r in got] == [15, 21, 30]
+        # A UDF returning another type than the column's is refused, and the column kept.
+        with pytest.raises(Exception, match="returns double, but the column holds int64"):
+            t.alter_columns({"path": "c", "udf": halved})
+        d = server.post("/v1/table/alters$g/describe")["virtual_columns"]["c"]
+        assert d["udf_name"] == "tripled"
     finally:
         db.close()
