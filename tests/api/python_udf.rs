@@ -249,6 +249,38 @@ async fn altering_swaps_the_source_and_switches_language() {
 }
 
 #[tokio::test]
+async fn a_backfill_at_an_older_read_version_computes_with_the_current_udf() {
+    let s = Server::start().await;
+    let (st, b) = s.post_arrow("/v1/table/rv/create", &sample(0, 20)).await;
+    assert_eq!(st, 200, "{b}");
+    let vc = python_column("def f(id) -> int:\n    return id + 1\n", "f", &["id"]);
+    let (st, b) = add(&s, "rv", "c", vc).await;
+    assert_eq!(st, 200, "{b}");
+    let before = s.ok("/v1/table/rv/describe", json!({})).await["version"].clone();
+    s.ok(
+        "/v1/table/rv/alter_columns",
+        json!({"alterations": [{"path": "c", "virtual_column": {
+            "udf": b64("def f(id) -> int:\n    return id * 10\n")}}]}),
+    )
+    .await;
+    // The inputs are read at `read_version` (before the alter, as a client that has not
+    // re-read the table sends it); the UDF is the column's definition when the job is asked
+    // for, not the one `read_version` had.
+    let job = s
+        .backfill("rv", json!({"column": "c", "read_version": before}))
+        .await;
+    let d = s.wait_job(&job).await;
+    assert_eq!(d["job_state"], "DONE", "{d}");
+    assert_eq!(d["spec"]["read_version"], before);
+    let rows = s
+        .query("rv", json!({"columns": ["id", "c"], "limit": 100}))
+        .await;
+    for (id, v) in int_pairs(&rows, "c") {
+        assert_eq!(v, Some(id * 10), "id {id}");
+    }
+}
+
+#[tokio::test]
 async fn a_hostile_python_function_is_contained_per_tenant() {
     let data = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(data.path().join("_auth")).unwrap();
