@@ -12,4 +12,6 @@ if [ -z "${LANCET_BIN:-}" ] || [ ! -x "$LANCET_BIN" ]; then
   (cd "$root" && cargo build -q --bin lancet)
   export LANCET_BIN="$target/debug/lancet"
 fi
-exec "$venv/bin/pytest" -q "$here"
+# Every test starts its own server on a free port, so tests run in two processes at once
+# (LANCET_PYTEST_WORKERS to change; 0 runs them in this one).
+exec "$venv/bin/pytest" -q -n "${LANCET_PYTEST_WORKERS:-2}" "$here"
