@@ -14,6 +14,7 @@
 //! written, so older and newer Geneva schemas both work; a table Geneva has not made is never
 //! created here.
 
+use std::future::Future;
 use std::io::Cursor;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +35,8 @@ pub const JOBS_TABLE: &str = "geneva_jobs";
 
 /// How often a running job's row is brought up to date (Geneva polls every 2 s).
 const EVERY: Duration = Duration::from_secs(1);
+/// How often progress alone (the rows done) is written while a job runs.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 /// How long a finished job's last state is retried while its row is missing (a row Geneva
 /// adds itself, after the answer, for a job submitted before its table existed).
 const FINAL_WAIT: Duration = Duration::from_secs(60);
@@ -146,47 +149,39 @@ pub async fn register(
     Ok(())
 }
 
-/// Mirrors a running job's state into its Geneva row, on the node that runs the job.
-pub struct Follower {
-    ended: Arc<Notify>,
-}
-
-/// A job's progress as (rows done, rows in all), for the row's `rows_checkpointed` metric.
+/// A job's progress as (rows done, rows in all), for the row's metrics.
 pub type Progress = fn(&Job, &JobRecord) -> (u64, u64);
 
-impl Follower {
-    /// Starts following `job` into the job table `jobs`; `metrics` names the row's metrics that show the progress (Geneva reads
-    /// `rows_checkpointed` as a backfill's rows, `rows_refreshed` as a refresh's).
-    pub fn start(
-        app: &Arc<App>,
-        job: &Arc<Job>,
-        jobs: Vec<String>,
-        progress: Progress,
-        metrics: &'static [&'static str],
-    ) -> Self {
-        let ended = Arc::new(Notify::new());
-        let (app, job, signal) = (app.clone(), job.clone(), ended.clone());
-        tokio::spawn(async move {
-            let how = How { progress, metrics };
-            if let Err(e) = follow(&app, &job, &jobs, how, &signal).await {
-                tracing::warn!(job_id = %job.snapshot().job_id, error = %e,
-                    "cannot keep the job's Geneva row up to date");
-            }
-        });
-        Self { ended }
-    }
-
-    /// The runner is done: write the job's last state and stop.
-    pub fn ended(self) {
-        self.ended.notify_one();
-    }
+/// How a kind's progress shows in the row: `metrics` names the metrics that carry it (Geneva
+/// reads `rows_checkpointed` as a backfill's rows, `rows_refreshed` as a refresh's).
+#[derive(Clone, Copy)]
+pub struct Shown {
+    pub progress: Progress,
+    pub metrics: &'static [&'static str],
 }
 
-/// How a kind's progress shows in the row.
-#[derive(Clone, Copy)]
-struct How {
-    progress: Progress,
-    metrics: &'static [&'static str],
+/// Runs a job's `runner` on this node; when `jobs` names a Geneva job table, the job's state is
+/// mirrored into its row meanwhile, and its last state once the runner is done.
+pub async fn mirrored(
+    app: &Arc<App>,
+    job: &Arc<Job>,
+    jobs: Option<Vec<String>>,
+    shown: Shown,
+    runner: impl Future<Output = ()>,
+) {
+    let Some(jobs) = jobs else {
+        return runner.await;
+    };
+    let ended = Arc::new(Notify::new());
+    let (app, followed, signal) = (app.clone(), job.clone(), ended.clone());
+    tokio::spawn(async move {
+        if let Err(e) = follow(&app, &followed, &jobs, shown, &signal).await {
+            tracing::warn!(job_id = %followed.snapshot().job_id, error = %e,
+                "cannot keep the job's Geneva row up to date");
+        }
+    });
+    runner.await;
+    ended.notify_one();
 }
 
 /// What was last written to the row.
@@ -196,12 +191,19 @@ struct Written {
     rows: (u64, u64),
 }
 
-async fn follow(app: &App, job: &Job, jobs: &[String], how: How, ended: &Notify) -> ApiResult<()> {
+async fn follow(
+    app: &App,
+    job: &Job,
+    jobs: &[String],
+    how: Shown,
+    ended: &Notify,
+) -> ApiResult<()> {
     let tenant = job.snapshot().tenant;
     let mut location = None;
     let mut last: Option<Written> = None;
     let mut runner_ended = false;
     let mut final_since: Option<tokio::time::Instant> = None;
+    let mut written_at = tokio::time::Instant::now();
     loop {
         if job.is_lost() {
             return Ok(());
@@ -216,15 +218,27 @@ async fn follow(app: &App, job: &Job, jobs: &[String], how: How, ended: &Notify)
         if location.is_none() {
             location = locate(app, &tenant, jobs).await.ok();
         }
+        // A change of status is written at once; progress alone at most every PROGRESS_EVERY,
+        // since every write is a version of Geneva's table.
+        let due = match &last {
+            None => true,
+            Some(l) if *l == now => false,
+            Some(l) => {
+                l.status != now.status || last_write || written_at.elapsed() >= PROGRESS_EVERY
+            }
+        };
         if let Some(location) = &location
-            && last.as_ref() != Some(&now)
+            && due
         {
             let event = event(last.as_ref(), &r);
             // A failed write (a conflict with Geneva's own update of the row) is retried on
             // the next tick.
             match write(app, location, &r, &now, how.metrics, event.as_deref()).await {
                 Ok(0) => {}
-                Ok(_) => last = Some(now.clone()),
+                Ok(_) => {
+                    last = Some(now.clone());
+                    written_at = tokio::time::Instant::now();
+                }
                 Err(e) => tracing::debug!(job_id = %r.job_id, error = %e,
                     "the job's Geneva row was not updated; retrying"),
             }
@@ -234,6 +248,10 @@ async fn follow(app: &App, job: &Job, jobs: &[String], how: How, ended: &Notify)
                 return Ok(());
             }
             let since = *final_since.get_or_insert_with(tokio::time::Instant::now);
+            if since.elapsed() > FINAL_WAIT && location.is_none() {
+                // Geneva never made its table: nobody follows the job there.
+                return Ok(());
+            }
             if since.elapsed() > FINAL_WAIT {
                 return Err(ApiError::internal(format!(
                     "no row for job {} appeared in {}",

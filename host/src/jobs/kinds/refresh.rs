@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::App;
 use crate::error::{ApiError, ApiResult};
-use crate::jobs::kinds::geneva_jobs::{self, Follower, Launch};
+use crate::jobs::kinds::geneva_jobs::{self, Launch, Shown};
 use crate::jobs::state::JobRecord;
 use crate::jobs::{Job, JobKind, JobSpec, Stop};
 use crate::views::SOURCE_VERSION_KEY;
@@ -48,25 +48,18 @@ impl JobKind for Refresh {
 
     fn run(&self, app: Arc<App>, job: Arc<Job>) -> BoxFuture<'static, ()> {
         async move {
-            let follower = job
+            let jobs = job
                 .snapshot()
                 .spec
                 .typed::<RefreshSpec>()
                 .ok()
-                .and_then(|s| s.geneva_jobs)
-                .map(|jobs| {
-                    Follower::start(
-                        &app,
-                        &job,
-                        jobs,
-                        rows_written,
-                        &["rows_checkpointed", "rows_refreshed"],
-                    )
-                });
-            run(app, job).await;
-            if let Some(f) = follower {
-                f.ended();
-            }
+                .and_then(|s| s.geneva_jobs);
+            let shown = Shown {
+                progress: rows_written,
+                metrics: &["rows_checkpointed", "rows_refreshed"],
+            };
+            let runner = run(app.clone(), job.clone());
+            geneva_jobs::mirrored(&app, &job, jobs, shown, runner).await
         }
         .boxed()
     }

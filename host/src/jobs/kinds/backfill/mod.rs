@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 
 use crate::App;
 use crate::error::ApiResult;
-use crate::jobs::kinds::geneva_jobs::{self, Follower, Launch};
+use crate::jobs::kinds::geneva_jobs::{self, Launch, Shown};
 use crate::jobs::state::{FragmentStatus, JobRecord};
 use crate::jobs::{Job, JobKind, JobSpec};
 use crate::store::At;
@@ -49,17 +49,18 @@ impl JobKind for Backfill {
 
     fn run(&self, app: Arc<App>, job: Arc<Job>) -> BoxFuture<'static, ()> {
         async move {
-            let follower = job
+            let jobs = job
                 .snapshot()
                 .spec
                 .typed::<BackfillSpec>()
                 .ok()
-                .and_then(|s| s.geneva_jobs)
-                .map(|jobs| Follower::start(&app, &job, jobs, rows_of, &["rows_checkpointed"]));
-            run::run(app, job).await;
-            if let Some(f) = follower {
-                f.ended();
-            }
+                .and_then(|s| s.geneva_jobs);
+            let shown = Shown {
+                progress: rows_of,
+                metrics: &["rows_checkpointed"],
+            };
+            let runner = run::run(app.clone(), job.clone());
+            geneva_jobs::mirrored(&app, &job, jobs, shown, runner).await
         }
         .boxed()
     }
