@@ -44,23 +44,47 @@ if [ -d "$CARGO_TARGET_DIR/debug/incremental" ]; then
     -exec rm -rf {} + 2>/dev/null || true
 fi
 
-if [ -f plugins/build.sh ]; then
-  echo "== building UDF plugins"
-  CARGO_TARGET_DIR="$HOME/.cache/lancet-plugins-target" bash plugins/build.sh
-fi
-
-echo "== building the Python UDF runner"
-# On its own line so that a failed build stops the script (inside `export` it would not).
-if [ -z "${LANCET_PYTHON_RUNNER:-}" ]; then
-  LANCET_PYTHON_RUNNER="$(bash scripts/build-python-runner.sh)"
-fi
-export LANCET_PYTHON_RUNNER
+# The plugins (wasm32, release), the Python UDF runner and the plugins' native unit tests are
+# built beside the server's test build, at the lowest CPU priority: that build ends in a long
+# chain of big crates compiled one after another (lance-index, lance, lancet, the test
+# binaries), which leaves a core idle for most of its last third. Waited for before the tests.
+side_log="$(mktemp)"
+runner_out="$(mktemp)"
+(
+  set -e
+  if [ -z "${LANCET_PYTHON_RUNNER:-}" ]; then
+    echo "== building the Python UDF runner"
+    nice -n 19 bash scripts/build-python-runner.sh >"$runner_out"
+  fi
+  if [ -f plugins/build.sh ]; then
+    echo "== building UDF plugins"
+    CARGO_TARGET_DIR="$HOME/.cache/lancet-plugins-target" nice -n 19 bash plugins/build.sh
+    echo "== building the UDF plugins' own unit tests (native)"
+    (cd plugins && CARGO_TARGET_DIR="$HOME/.cache/lancet-plugins-target" \
+      nice -n 19 cargo test --locked -q --no-run)
+  fi
+) >"$side_log" 2>&1 &
+side=$!
+trap 'kill "$prep" "$side" 2>/dev/null || true' EXIT
+wait_for_side() {
+  if ! wait "$side"; then
+    cat "$side_log" >&2
+    echo "== building the plugins or the Python UDF runner failed (above)" >&2
+    exit 1
+  fi
+  cat "$side_log" >&2
+  if [ -z "${LANCET_PYTHON_RUNNER:-}" ]; then
+    LANCET_PYTHON_RUNNER="$(cat "$runner_out")"
+  fi
+  export LANCET_PYTHON_RUNNER
+}
 
 echo "== Rust tests"
 # Without the gcp/azure object-store clients (nothing here can test them; see host/Cargo.toml).
 # Built first, then run once the venv is there: it holds moto, the S3 server the object-store
 # tests start on loopback.
 cargo test --workspace --locked --no-default-features --no-run
+wait_for_side
 wait_for_prep
 cargo test --workspace --locked --no-default-features -- --test-threads=2
 # The Python tests run the server binary the tests above built: a plain `cargo build` would

@@ -80,9 +80,14 @@ impl NativeTier {
         })
     }
 
+    /// Whether `tenant` has been opted in.
+    pub fn allows(&self, tenant: &str) -> bool {
+        self.tenants.contains(tenant)
+    }
+
     /// Refuses a tenant that has not been opted in.
     pub fn allow(&self, tenant: &str) -> ApiResult<()> {
-        if self.tenants.contains(tenant) {
+        if self.allows(tenant) {
             return Ok(());
         }
         Err(ApiError::invalid(format!(

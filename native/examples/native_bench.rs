@@ -55,6 +55,10 @@ fn main() {
         environment: vec![env.clone()],
         env: vec![],
         null_on_error: false,
+        init: None,
+        files: Vec::new(),
+        load_only: false,
+        pass_nulls: false,
     };
 
     let mut starts = Vec::new();

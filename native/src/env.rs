@@ -98,6 +98,24 @@ impl Environments {
         Ok(dir)
     }
 
+    /// What an environment built by [`Environments::ensure`] holds, as `name==version`
+    /// (from pip's `*.dist-info` directories), sorted.
+    pub fn installed(dir: &Path) -> Result<Vec<String>, NativeError> {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let name = entry?.file_name();
+            let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".dist-info")) else {
+                continue;
+            };
+            // `name-version`: the name's own dashes are underscores in these directories.
+            if let Some((project, version)) = stem.split_once('-') {
+                out.push(format!("{project}=={version}"));
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
     fn pip(&self, target: &Path, requirements: &[String]) -> Result<(), NativeError> {
         let mut cmd = Command::new(&self.installer);
         cmd.args([

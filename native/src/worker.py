@@ -56,6 +56,38 @@ def describe(e):
     return f"{type(e).__name__}: {e}"
 
 
+FILES = "/tmp/lancet-files"
+MAX_FAILURES = 100  # as the host's worker.rs
+
+
+def ship_files(files):
+    """Modules shipped with the function, written under the private /tmp, first on sys.path."""
+    if not files:
+        return
+    root = os.path.realpath(FILES)
+    for path, data in files.items():
+        target = os.path.realpath(os.path.join(root, path))
+        if os.path.isabs(path) or not target.startswith(root + os.sep):
+            raise ValueError(f"shipped file {path!r} is outside its directory")
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "wb") as f:
+            f.write(base64.b64decode(data))
+    sys.path.insert(0, root)
+
+
+def params_of(obj):
+    """The callable's parameter names and how many of them have no default."""
+    import inspect
+    target = obj.__call__ if isinstance(obj, type) else obj
+    try:
+        params = list(inspect.signature(target).parameters.values())
+    except (TypeError, ValueError):
+        return [], 0
+    if isinstance(obj, type) and params[:1] and params[0].name == "self":
+        params = params[1:]
+    return [p.name for p in params], sum(p.default is inspect.Parameter.empty for p in params)
+
+
 def load(setup):
     if setup.get("pickle") is not None:
         # The sandbox, not the pickle, is the boundary: a pickle runs code as it loads, as any
@@ -68,43 +100,53 @@ def load(setup):
         if entry not in namespace:
             raise NameError(f"the source defines no '{entry}'")
         obj = namespace[entry]
+    if setup.get("load_only"):
+        return obj
     if isinstance(obj, type):
-        obj = obj()  # a stateful function: set up once per worker, reused for every batch
+        # A stateful function: set up once per worker, reused for every batch.
+        obj = obj(**(setup.get("init") or {}))
     if not callable(obj):
         raise TypeError(f"'{setup['entry']}' is not callable")
     return obj
 
 
 def compute(fn, setup, batch, out_type, pa):
-    """(result, nulled rows, error (message, row) or None)."""
+    """(result, nulled rows, their first errors [(row, message)], error (message, row) or None)."""
     mode = setup["mode"]
     n = batch.num_rows
     nulled = 0
+    errors = []
     if mode == "batch":
         result = fn(*batch.columns)
     elif mode == "record_batch":
         result = fn(batch)
     else:
         columns = [c.to_pylist() for c in batch.columns]
+        skip_nulls = not setup.get("pass_nulls")
         try:
-            # The fast path: one comprehension (a null input gives a null output).
-            if len(columns) == 1:
+            # The fast path: one comprehension (a null input gives a null output, unless the
+            # function takes nulls).
+            if not skip_nulls:
+                result = [fn(*args) for args in zip(*columns)]
+            elif len(columns) == 1:
                 result = [None if v is None else fn(v) for v in columns[0]]
             else:
                 result = [None if None in args else fn(*args) for args in zip(*columns)]
         except Exception:  # noqa: BLE001 - find the row, apply on_error, row by row
             result = []
             for i, args in enumerate(zip(*columns)):
-                if None in args:
+                if skip_nulls and None in args:
                     result.append(None)
                     continue
                 try:
                     result.append(fn(*args))
                 except Exception as e:  # noqa: BLE001 - the user's function may raise anything
                     if not setup.get("null_on_error"):
-                        return None, 0, (describe(e), i)
+                        return None, 0, [], (describe(e), i)
                     result.append(None)
                     nulled += 1
+                    if len(errors) < MAX_FAILURES:
+                        errors.append((i, describe(e)[:2000]))
     if isinstance(result, pa.ChunkedArray):
         result = result.combine_chunks()
     if isinstance(result, pa.Array):
@@ -114,7 +156,7 @@ def compute(fn, setup, batch, out_type, pa):
         result = pa.array(result, type=out_type)
     if len(result) != n:
         raise ValueError(f"returned {len(result)} values for {n} rows")
-    return result, nulled, None
+    return result, nulled, errors, None
 
 
 def main():
@@ -129,6 +171,7 @@ def main():
     try:
         import pyarrow as pa
         schema = pa.ipc.open_stream(pa.py_buffer(base64.b64decode(setup["output_schema"]))).schema
+        ship_files(setup.get("files"))
         fn = load(setup)
     except BaseException as e:  # noqa: BLE001 - report, then exit
         fail(describe(e) + "\n" + traceback.format_exc(limit=-3))
@@ -137,12 +180,16 @@ def main():
     # when the column is defined or altered, not when a backfill casts its first values.
     out_type = schema.field(0).type
     declared = getattr(fn, "data_type", None)
-    if isinstance(declared, pa.DataType) and not pa.types.is_nested(declared) \
-            and not pa.types.is_nested(out_type) and declared != out_type:
+    if not setup.get("load_only") and isinstance(declared, pa.DataType) \
+            and not pa.types.is_nested(declared) and not pa.types.is_nested(out_type) \
+            and declared != out_type:
         fail(f"the UDF returns {declared}, but the column holds {out_type}")
         return
     version = "%d.%d.%d" % sys.version_info[:3]
-    send(b"R", json.dumps({"python": version}).encode())
+    params, required = params_of(fn)
+    send(b"R", json.dumps({"python": version, "params": params, "required": required}).encode())
+    if setup.get("load_only"):
+        return
     while True:
         kind, payload = receive()
         if kind != b"B":
@@ -150,7 +197,7 @@ def main():
             return
         try:
             batch = pa.ipc.open_stream(pa.py_buffer(payload)).read_next_batch()
-            result, nulled, error = compute(fn, setup, batch, out_type, pa)
+            result, nulled, errors, error = compute(fn, setup, batch, out_type, pa)
         except Exception as e:  # noqa: BLE001
             fail(describe(e))
             continue
@@ -158,7 +205,8 @@ def main():
             fail(error[0], error[1])
             continue
         sink = pa.BufferOutputStream()
-        counted = schema.with_metadata({"lancet.nulled": str(nulled)}) if nulled else schema
+        counted = schema.with_metadata(
+            {"lancet.nulled": str(nulled), "lancet.errors": json.dumps(errors)}) if nulled else schema
         with pa.ipc.new_stream(sink, counted) as w:
             w.write_batch(pa.RecordBatch.from_arrays([result], schema=counted))
         send(b"O", sink.getvalue())

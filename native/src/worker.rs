@@ -66,9 +66,20 @@ pub struct FunctionSpec {
     pub environment: Vec<PathBuf>,
     /// Environment variables it sees.
     pub env: Vec<(String, String)>,
-    /// A row whose call raises becomes null (counted) instead of failing the batch; row
-    /// mode only.
+    /// A row whose call raises becomes null (counted, its error reported in
+    /// [`CallOutput::failures`]) instead of failing the batch; row mode only.
     pub null_on_error: bool,
+    /// Keyword arguments a class is set up with (`None`: none). Ignored for a function.
+    pub init: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Modules shipped with the function (`path` -> bytes, e.g. `pkg/util.py`): written to
+    /// the sandbox's private `/tmp` and put first on `sys.path`.
+    pub files: Vec<(String, Vec<u8>)>,
+    /// Row mode: call the function with `None` for a null input (it takes nulls) instead of
+    /// answering null without a call.
+    pub pass_nulls: bool,
+    /// Load the code (imports included) but do not set a class up nor take batches: a check
+    /// of a function before it is stored ([`Worker::params`] tells its parameters).
+    pub load_only: bool,
 }
 
 /// A batch's result.
@@ -78,7 +89,13 @@ pub struct CallOutput {
     pub values: ArrayRef,
     /// Rows whose call raised and were nulled (`null_on_error`).
     pub nulled: usize,
+    /// The first of those rows (at most [`MAX_FAILURES`]): offset in the batch, and the
+    /// exception (`ValueError: ...`).
+    pub failures: Vec<(usize, String)>,
 }
+
+/// Most row errors one call reports (the rest are only counted in [`CallOutput::nulled`]).
+pub const MAX_FAILURES: usize = 100;
 
 /// The last bytes a worker wrote to its standard error (for error messages).
 #[derive(Default)]
@@ -103,6 +120,8 @@ pub struct Worker {
     stderr: Arc<Mutex<Tail>>,
     schema: SchemaRef,
     python: String,
+    params: Vec<String>,
+    required: usize,
     calls: u64,
     call_timeout: Duration,
     /// Largest result frame accepted (bytes).
@@ -176,6 +195,8 @@ impl Worker {
             stderr,
             schema,
             python: String::new(),
+            params: Vec::new(),
+            required: 0,
             calls: 0,
             call_timeout: limits.call_timeout,
             max_output: limits.max_output_bytes,
@@ -192,6 +213,12 @@ impl Worker {
             "null_on_error": spec.null_on_error,
             "output_schema": base64::engine::general_purpose::STANDARD.encode(schema_bytes(&worker.schema)?),
             "env": spec.env.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
+            "init": spec.init,
+            "files": spec.files.iter()
+                .map(|(path, bytes)| (path.clone(), base64::engine::general_purpose::STANDARD.encode(bytes)))
+                .collect::<std::collections::BTreeMap<_, _>>(),
+            "load_only": spec.load_only,
+            "pass_nulls": spec.pass_nulls,
         });
         let deadline = frame::deadline(limits.start_timeout);
         let answer = frame::send(
@@ -206,10 +233,16 @@ impl Worker {
                 #[derive(serde::Deserialize)]
                 struct Ready {
                     python: String,
+                    #[serde(default)]
+                    params: Vec<String>,
+                    #[serde(default)]
+                    required: usize,
                 }
                 let ready: Ready = serde_json::from_slice(&body)
                     .map_err(|e| NativeError::Load(format!("worker's ready message: {e}")))?;
                 worker.python = ready.python;
+                worker.params = ready.params;
+                worker.required = ready.required;
                 Ok(worker)
             }
             Ok((Kind::Error, body)) => Err(NativeError::Load(guest_message(&body).1)),
@@ -218,6 +251,17 @@ impl Worker {
             ))),
             Err(e) => Err(worker.failure(e, limits.start_timeout)),
         }
+    }
+
+    /// The parameters the loaded callable takes (a class's `__call__`'s, without `self`), in
+    /// order; empty when Python cannot tell (a builtin).
+    pub fn params(&self) -> &[String] {
+        &self.params
+    }
+
+    /// How many of [`Worker::params`] have no default.
+    pub fn required_params(&self) -> usize {
+        self.required
     }
 
     /// The worker's Python version (`3.11.2`).
@@ -283,6 +327,15 @@ impl Worker {
             .get("lancet.nulled")
             .and_then(|n| n.parse().ok())
             .unwrap_or(0);
+        // Row errors as the sandbox reported them: only offsets inside the batch are kept,
+        // and no more than the worker may send.
+        let mut failures: Vec<(usize, String)> = schema
+            .metadata()
+            .get("lancet.errors")
+            .and_then(|e| serde_json::from_str(e).ok())
+            .unwrap_or_default();
+        failures.retain(|(row, _)| *row < rows);
+        failures.truncate(MAX_FAILURES.min(nulled));
         let [out] = batches.as_slice() else {
             return Err(bad(format!("{} batches, not one", batches.len())));
         };
@@ -292,6 +345,7 @@ impl Worker {
         Ok(CallOutput {
             values: out.column(0).clone(),
             nulled,
+            failures,
         })
     }
 

@@ -66,6 +66,10 @@ fn source(src: &str, entry: &str, mode: Mode, output: DataType) -> FunctionSpec 
         environment: vec![environment().clone()],
         env: vec![("GREETING".into(), "hello".into())],
         null_on_error: false,
+        init: None,
+        files: Vec::new(),
+        load_only: false,
+        pass_nulls: false,
     }
 }
 
@@ -161,6 +165,78 @@ fn a_stateful_function_is_set_up_once_per_worker_and_reused() {
 }
 
 #[test]
+fn a_class_is_set_up_with_its_keyword_arguments_and_shipped_modules_import() {
+    // A module shipped with the function (lancedb's `code=[...]`), imported by the source.
+    let src = "from helpers.scale import times\nclass Scale:\n    def __init__(self, factor, offset=0):\n        self.factor, self.offset = factor, offset\n    def __call__(self, x):\n        return times(x, self.factor) + self.offset\n";
+    let files = vec![
+        ("helpers/__init__.py".to_string(), Vec::new()),
+        (
+            "helpers/scale.py".to_string(),
+            b"def times(x, k):\n    return x * k\n".to_vec(),
+        ),
+    ];
+    let mut init = serde_json::Map::new();
+    init.insert("factor".into(), 7.into());
+    init.insert("offset".into(), 1.into());
+    let spec = FunctionSpec {
+        init: Some(init),
+        files: files.clone(),
+        ..source(src, "Scale", Mode::Row, DataType::Int64)
+    };
+    let sb = sandbox(Limits::default());
+    let out = Worker::start(&sb, &spec)
+        .unwrap()
+        .call(&ints(&[Some(2), None, Some(3)]))
+        .unwrap()
+        .values;
+    let out = out.as_any().downcast_ref::<Int64Array>().unwrap();
+    assert_eq!(
+        out.iter().collect::<Vec<_>>(),
+        vec![Some(15), None, Some(22)]
+    );
+
+    // Loaded only (a check before a function is stored): the class is not set up (it would
+    // need its arguments), and the worker says what its calls take.
+    let check = FunctionSpec {
+        init: None,
+        load_only: true,
+        ..spec.clone()
+    };
+    let worker = Worker::start(&sb, &check).unwrap();
+    assert_eq!(worker.params(), ["x"]);
+    assert_eq!(worker.required_params(), 1);
+    assert!(worker.python_version().starts_with("3."));
+
+    // A function that takes nulls is called with None for them.
+    let takes_nulls = FunctionSpec {
+        pass_nulls: true,
+        ..source(
+            "def f(x):\n    return -1 if x is None else x\n",
+            "f",
+            Mode::Row,
+            DataType::Int64,
+        )
+    };
+    let out = Worker::start(&sb, &takes_nulls)
+        .unwrap()
+        .call(&ints(&[Some(4), None]))
+        .unwrap()
+        .values;
+    let out = out.as_any().downcast_ref::<Int64Array>().unwrap();
+    assert_eq!(out.iter().collect::<Vec<_>>(), vec![Some(4), Some(-1)]);
+
+    // A shipped path may not leave its directory.
+    let escaping = FunctionSpec {
+        files: vec![("../../etc/evil.py".to_string(), b"x = 1".to_vec())],
+        ..spec
+    };
+    match Worker::start(&sb, &escaping) {
+        Err(NativeError::Load(m)) => assert!(m.contains("outside its directory"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
 fn a_raising_function_names_its_row_and_the_worker_lives_on() {
     let pool = Pool::new(sandbox(Limits::default()), 2, 2, 8);
     let spec = source(
@@ -193,6 +269,13 @@ fn a_raising_function_names_its_row_and_the_worker_lives_on() {
         .call(&ints(&[Some(5), Some(0), Some(2)]))
         .unwrap();
     assert_eq!(out.nulled, 1);
+    assert_eq!(out.failures.len(), 1);
+    assert_eq!(out.failures[0].0, 1);
+    assert!(
+        out.failures[0].1.starts_with("ZeroDivisionError"),
+        "{:?}",
+        out.failures
+    );
     let v = out.values.as_any().downcast_ref::<Int64Array>().unwrap();
     assert_eq!(v.iter().collect::<Vec<_>>(), vec![Some(2), None, Some(5)]);
     // A result of the wrong type is refused by the worker's cast, not stored.
@@ -335,6 +418,10 @@ fn a_pickle_that_runs_a_shell_command_as_it_loads_stays_inside() {
         environment: vec![environment().clone()],
         env: vec![],
         null_on_error: false,
+        init: None,
+        files: Vec::new(),
+        load_only: false,
+        pass_nulls: false,
     };
     // os.system's answer is an int, not a function: the load fails, and nothing reached the host.
     let err = Worker::start(&sb, &spec).unwrap_err().to_string();

@@ -25,6 +25,8 @@ from lance_namespace_urllib3_client.models import (
     AlterTableAddColumnsRequest, AlterTableBackfillColumnsRequest,
 )
 
+from lancedb import col, udf
+
 from conftest import Lancet
 
 PYTHON = os.environ.get("LANCET_NATIVE_PYTHON", "/usr/bin/python3")
@@ -238,3 +240,58 @@ def test_hostile_functions_are_contained_and_the_server_keeps_answering(server):
         backfill(server, "test$loop", "got").wait()
     assert "did not finish within" in str(err.value), err.value
     assert server.post("/v1/table/test$hostile/describe")["version"] >= 1
+
+
+# lancedb 0.40 Functions whose pip packages have only native wheels: built for the native tier
+# (this tenant has it), computed there with the Wasm tier's semantics.
+@udf(pip=["numpy"])
+def numpy_root(x: float) -> float:
+    import numpy as np
+    if x < 0:
+        raise ValueError(f"negative: {x}")
+    return float(np.sqrt(np.float64(x))) + 1.0
+
+
+@udf(pip=["numpy"])
+class Shift:
+    def __init__(self, k: int):
+        import numpy as np
+        self.coef = np.array([1, k])
+
+    def __call__(self, x: float) -> float:
+        import numpy as np
+        return float(np.polyval(self.coef, x))
+
+
+def test_lancedb_functions_with_native_packages_run_in_the_native_tier(server):
+    db = server.lancedb()
+    fv = db.create_function(numpy_root)
+    assert fv.image.descriptor["runtime"] == "cpython-native"
+    assert fv.metadata["runtime"] == "lancet-python-native"
+    assert "numpy==" in fv.metadata["pip"], fv.metadata
+    xs = [4.0, None, 9.0, -1.0, 0.0]
+    t = db.create_table("fn_native", pa.table({"id": list(range(len(xs))), "x": xs}))
+    t.add_columns({"root": fv(x=col("x"))})
+    result = t.refresh_column_async("root").wait()
+    assert result.rows_failed == 1, result
+    got = {r["id"]: r["root"] for r in t.search().limit(100).to_list()}
+    assert got == {0: 3.0, 1: None, 2: 4.0, 3: None, 4: 1.0}
+    errors = t.function_errors(column="root")
+    assert len(errors.records) == 1 and "negative: -1.0" in errors.records[0].error_message
+
+    # A class Function, set up with its initialization.
+    shift = db.create_function(Shift)
+    t.add_columns({"shifted": shift(x=col("x"), k=10)})
+    t.refresh_column_async("shifted").wait()
+    got = {r["id"]: r["shifted"] for r in t.search().limit(100).to_list()}
+    assert got == {0: 14.0, 1: None, 2: 19.0, 3: 9.0, 4: 10.0}
+
+
+def test_a_native_function_for_another_python_is_refused_naming_both(server):
+    @udf(pip=["numpy"], python_version="3.99")
+    def other(x: float) -> float:
+        return x
+
+    with pytest.raises(Exception) as err:
+        server.lancedb().create_function(other)
+    assert "3.99" in str(err.value) and "3.11" in str(err.value), err.value

@@ -197,12 +197,15 @@ fn refuse(what: impl std::fmt::Display) -> ApiError {
 
 impl Registration {
     /// Every check short of running the source, including that each bound secret exists.
+    /// `native`: the tenant may run Functions in the native tier (which installs pip packages
+    /// itself, with or without a package index for the Wasm sandbox).
     pub async fn check(
         self,
         name: &str,
         tenant: &str,
         secrets: &Secrets,
         packages: Option<&PackageIndex>,
+        native: bool,
     ) -> ApiResult<Checked> {
         names::check(ObjectKind::Function, name)?;
         if self.name.as_deref().is_some_and(|n| n != name) {
@@ -261,7 +264,7 @@ impl Registration {
             })?;
             (source, Vec::new())
         };
-        self.check_runtime(packages)?;
+        self.check_runtime(packages, native)?;
         self.signature.check()?;
         let mut variables = std::collections::HashSet::new();
         for b in &self.secret_bindings {
@@ -292,7 +295,7 @@ impl Registration {
         })
     }
 
-    fn check_runtime(&self, packages: Option<&PackageIndex>) -> ApiResult<()> {
+    fn check_runtime(&self, packages: Option<&PackageIndex>, native: bool) -> ApiResult<()> {
         let r = &self.runtime;
         match r.kind.as_str() {
             "python" => {}
@@ -326,7 +329,7 @@ impl Registration {
                 )));
             }
         }
-        if !env.packages.is_empty() && packages.is_none() {
+        if !env.packages.is_empty() && packages.is_none() && !native {
             return Err(refuse(format!(
                 "pip packages {:?} are not available: this server has no package index \
                  configured (--package-index / LANCET_PACKAGE_INDEX)",
@@ -388,6 +391,29 @@ pub struct StoredFunction {
     pub env: BTreeMap<String, String>,
     pub python_version: String,
     pub created_at: String,
+    /// Where it runs: the Wasm sandbox (records written before the native tier have none).
+    #[serde(default, skip_serializing_if = "Tier::is_wasm")]
+    pub tier: Tier,
+}
+
+/// Where a Function runs. A Function whose pip packages have no pure-Python wheel (numpy, ...)
+/// runs in the native tier when its tenant has it; every other one in the Wasm sandbox.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    /// CPython compiled to WebAssembly, pure Python only.
+    #[default]
+    Wasm,
+    /// A real CPython in the bubblewrap sandbox, native wheels allowed.
+    Native,
+}
+
+impl Tier {
+    fn is_wasm(&self) -> bool {
+        *self == Tier::Wasm
+    }
 }
 
 impl StoredFunction {
@@ -417,7 +443,11 @@ impl StoredFunction {
                 b
             })
             .collect();
-        let mut metadata = json!({"runtime": "lancet-python-sandbox"});
+        let (runtime, descriptor_runtime) = match self.tier {
+            Tier::Wasm => ("lancet-python-sandbox", "cpython-wasm"),
+            Tier::Native => ("lancet-python-native", "cpython-native"),
+        };
+        let mut metadata = json!({ "runtime": runtime });
         if !self.resolved.is_empty() {
             // What the pip requirements resolved to, e.g. "tinyslug==1.0 tinydep==1.1".
             metadata["pip"] = json!(self.resolved.join(" "));
@@ -432,7 +462,7 @@ impl StoredFunction {
                 // The sandbox's "image" is the source itself: its digest identifies it.
                 "manifest_digest": self.digest,
                 "descriptor": {
-                    "runtime": "cpython-wasm",
+                    "runtime": descriptor_runtime,
                     "python_version": self.python_version,
                     "entrypoint": self.entrypoint,
                 },
@@ -465,6 +495,7 @@ pub struct Built {
     pub python_version: String,
     pub files: Vec<(String, Vec<u8>)>,
     pub resolved: Vec<String>,
+    pub tier: Tier,
 }
 
 /// A version's files object.
@@ -555,6 +586,7 @@ impl Registry {
             python_version,
             files,
             resolved,
+            tier,
         } = built;
         loop {
             let existing = self.versions(tenant, namespace, name).await?;
@@ -587,6 +619,7 @@ impl Registry {
                 env: r.runtime.env.clone().unwrap_or_default(),
                 python_version: python_version.to_string(),
                 created_at: chrono::Utc::now().to_rfc3339(),
+                tier: *tier,
             };
             let folder = Self::folder(tenant, namespace, name);
             let key = format!("{folder}/{}", version_file(next));

@@ -26,6 +26,7 @@ enum Engine {
     Sql(SqlRule),
     Model(Box<ModelUdf>),
     Native(Box<super::native::NativeUdf>),
+    NativeFunction(Box<super::native_function::NativeFunction>),
 }
 
 /// An embedding column: its model, called through the server's registry.
@@ -208,6 +209,16 @@ impl VirtualColumns {
 }
 
 impl ColumnUdf {
+    pub(super) fn native_function(
+        udf: super::native_function::NativeFunction,
+        field: Field,
+    ) -> Self {
+        Self {
+            engine: Engine::NativeFunction(Box::new(udf)),
+            field,
+        }
+    }
+
     pub(super) fn python(udf: PythonUdf, field: Field) -> Self {
         Self {
             engine: Engine::Python(Box::new(udf)),
@@ -222,6 +233,7 @@ impl ColumnUdf {
             Engine::Sql(rule) => rule.inputs(),
             Engine::Model(m) => &m.input_columns,
             Engine::Native(n) => &n.input_columns,
+            Engine::NativeFunction(n) => &n.input_columns,
         }
     }
 
@@ -230,6 +242,8 @@ impl ColumnUdf {
             Engine::Wasm(w) => w.prepared.manifest().on_error == OnError::Null,
             Engine::Python(p) => p.prepared.spec().on_error == OnError::Null,
             Engine::Native(n) => n.on_error_null(),
+            // Rows a Function raises on are null and recorded, as in the Wasm tier.
+            Engine::NativeFunction(_) => true,
             Engine::Sql(_) | Engine::Model(_) => false,
         }
     }
@@ -242,6 +256,7 @@ impl ColumnUdf {
             Engine::Sql(_) => "sql",
             Engine::Model(m) => &m.model.digest,
             Engine::Native(n) => n.version(),
+            Engine::NativeFunction(n) => n.version(),
         }
     }
 
@@ -253,6 +268,7 @@ impl ColumnUdf {
             Engine::Sql(rule) => rule.expression(),
             Engine::Model(m) => &m.model.name,
             Engine::Native(n) => n.label(),
+            Engine::NativeFunction(n) => n.label(),
         }
     }
 
@@ -263,6 +279,7 @@ impl ColumnUdf {
             Engine::Wasm(w) => w.compute(tenant, batch, &self.field),
             Engine::Python(p) => p.compute(tenant, batch, &self.field),
             Engine::Native(n) => n.compute(tenant, batch),
+            Engine::NativeFunction(n) => n.compute(tenant, batch, &self.field),
             Engine::Model(m) => {
                 let text = batch.column_by_name(&m.input_columns[0]).ok_or_else(|| {
                     ApiError::internal(format!(
@@ -307,50 +324,69 @@ pub(super) fn udf_input(inputs: &[Field], batch: &RecordBatch) -> ApiResult<Reco
 impl PythonUdf {
     fn compute(&self, tenant: &str, batch: &RecordBatch, field: &Field) -> ApiResult<Computed> {
         let input = udf_input(&self.inputs, batch)?;
-        let kept = super::strict::rows_to_call(&input, &self.strict);
-        let called = match &kept {
-            Some(kept) if arrow_array::Array::is_empty(kept) => {
-                return Ok(Computed {
-                    values: arrow_array::new_null_array(field.data_type(), batch.num_rows()),
-                    nulled: 0,
-                    failures: Vec::new(),
-                });
-            }
-            Some(kept) => super::strict::select(&input, kept)?,
-            None => input,
-        };
-        let out = self
-            .runtime
-            .invoke_python(
-                &self.prepared,
-                tenant,
-                &called,
-                &self.result_type,
-                &self.limits,
-            )
-            .map_err(udf_error)?;
-        let values = if self.cast {
-            converted(&out.array, &self.struct_field, field)?
-        } else {
-            pick(&out.array, &self.struct_field, field)?
-        };
-        let Some(kept) = kept else {
-            return Ok(Computed {
+        call_strict(input, &self.strict, field, |called| {
+            let out = self
+                .runtime
+                .invoke_python(
+                    &self.prepared,
+                    tenant,
+                    &called,
+                    &self.result_type,
+                    &self.limits,
+                )
+                .map_err(udf_error)?;
+            let values = if self.cast {
+                converted(&out.array, &self.struct_field, field)?
+            } else {
+                pick(&out.array, &self.struct_field, field)?
+            };
+            Ok(Computed {
                 values,
                 nulled: out.nulled_rows as u64,
                 failures: out.failures,
-            });
-        };
-        Ok(Computed {
-            values: super::strict::spread(&values, &kept, batch.num_rows())?,
-            nulled: out.nulled_rows as u64,
-            failures: super::strict::failures_in_batch(out.failures, &kept),
+            })
         })
     }
 }
 
+/// `call` over the rows of `input` where no parameter at `strict` is null (see
+/// [`super::strict`]); its results spread back over every row, null where it was not called.
+pub(super) fn call_strict(
+    input: RecordBatch,
+    strict: &[usize],
+    field: &Field,
+    call: impl FnOnce(RecordBatch) -> ApiResult<Computed>,
+) -> ApiResult<Computed> {
+    let rows = input.num_rows();
+    let kept = super::strict::rows_to_call(&input, strict);
+    let called = match &kept {
+        Some(kept) if arrow_array::Array::is_empty(kept) => {
+            return Ok(Computed {
+                values: arrow_array::new_null_array(field.data_type(), rows),
+                nulled: 0,
+                failures: Vec::new(),
+            });
+        }
+        Some(kept) => super::strict::select(&input, kept)?,
+        None => input,
+    };
+    let out = call(called)?;
+    let Some(kept) = kept else {
+        return Ok(out);
+    };
+    Ok(Computed {
+        values: super::strict::spread(&out.values, &kept, rows)?,
+        nulled: out.nulled,
+        failures: super::strict::failures_in_batch(out.failures, &kept),
+    })
+}
+
 /// A registered Function's result (or its child `struct_field`) as the column's type.
-fn converted(result: &ArrayRef, struct_field: &str, field: &Field) -> ApiResult<ArrayRef> {
+pub(super) fn converted(
+    result: &ArrayRef,
+    struct_field: &str,
+    field: &Field,
+) -> ApiResult<ArrayRef> {
     let values = if struct_field.is_empty() {
         result.clone()
     } else {

@@ -23,7 +23,7 @@ use super::declared::{
 };
 use super::{VirtualColumns, udf_error};
 use crate::error::{ApiError, ApiResult};
-use crate::functions::registry::parse_version;
+use crate::functions::registry::{Tier, parse_version};
 use crate::functions::signature::{FunctionSignature, arrow_type};
 use crate::functions::{Registry, StoredFunction};
 use crate::json_types::parse_data_type;
@@ -594,6 +594,30 @@ impl VirtualColumns {
                 Ok(Field::new(name, f.data_type().clone(), true))
             })
             .collect::<ApiResult<Vec<_>>>()?;
+        let strict: Vec<usize> = stored
+            .signature
+            .inputs
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| !p.nullable)
+            .map(|(i, _)| i)
+            .collect();
+        let struct_field = match binding.result_field.as_str() {
+            SCALAR_RESULT => String::new(),
+            f => f.to_string(),
+        };
+        if stored.tier == Tier::Native {
+            let call = super::native_function::FunctionCall {
+                input_columns,
+                inputs,
+                result_type: stored.signature.result_type()?,
+                struct_field,
+                strict,
+                initialization: &binding.initialization,
+                env,
+            };
+            return self.native_function_udf(stored, call, field);
+        }
         let spec = PythonSpec {
             files: stored.files.clone(),
             source: stored.source.clone(),
@@ -606,10 +630,6 @@ impl VirtualColumns {
             limits: None,
         };
         let prepared = self.runtime.prepare_python(&spec).map_err(udf_error)?;
-        let struct_field = match binding.result_field.as_str() {
-            SCALAR_RESULT => String::new(),
-            f => f.to_string(),
-        };
         Ok(ColumnUdf::python(
             PythonUdf {
                 runtime: (*self.runtime).clone(),
@@ -620,14 +640,7 @@ impl VirtualColumns {
                 result_type: stored.signature.result_type()?,
                 struct_field,
                 cast: true,
-                strict: stored
-                    .signature
-                    .inputs
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, p)| !p.nullable)
-                    .map(|(i, _)| i)
-                    .collect(),
+                strict,
             },
             field.clone(),
         ))

@@ -21,6 +21,7 @@ pub mod embedding;
 pub mod function;
 pub(crate) mod geneva;
 mod native;
+pub mod native_function;
 mod python;
 mod strict;
 

@@ -112,6 +112,10 @@ impl NativeDef {
             environment,
             env: self.env.clone().into_iter().collect(),
             null_on_error: self.on_error == OnError::Null,
+            init: None,
+            files: Vec::new(),
+            load_only: false,
+            pass_nulls: false,
         })
     }
 }

@@ -45,6 +45,15 @@ pub struct PackageIndex {
     client: reqwest::Client,
 }
 
+/// In the refusal of a package only native wheels provide: what tells the build job to try the
+/// native tier instead (the message is the one place the reason travels with the error).
+const NATIVE_ONLY: &str = "has no pure-Python wheel (only native wheels)";
+
+/// Whether `e` refused a package because only native wheels provide it.
+pub fn needs_native(e: &ApiError) -> bool {
+    e.message.contains(NATIVE_ONLY)
+}
+
 fn refuse(what: impl std::fmt::Display) -> ApiError {
     ApiError::invalid(what.to_string())
 }
@@ -271,8 +280,9 @@ fn choose<'a>(
         };
         if matching_versions > 0 {
             refuse(format!(
-                "pip package {name}{wanted_text} has no pure-Python wheel (only native wheels): \
-                 Lancet's sandbox runs pure Python only"
+                "pip package {name}{wanted_text} {NATIVE_ONLY}: Lancet's Wasm sandbox runs pure \
+                 Python only (a tenant with the native Python tier runs such Functions there: \
+                 docs/native-python.md)"
             ))
         } else if listed.iter().any(|f| !f.filename.ends_with(".whl")) {
             refuse(format!(

@@ -2,7 +2,9 @@
 //! Function through a job that "builds" it. Here a build loads the source in the Python sandbox
 //! (Python's own errors fail the job), checks the callable's parameters against the declared
 //! signature, and publishes an immutable version in the registry; the job's result is that
-//! version (the client's `FunctionVersion`). A build cut off by a crash simply runs again: the
+//! version (the client's `FunctionVersion`). A Function whose pip packages only native wheels
+//! provide is built for the native tier instead when its tenant has it (environment installed,
+//! source loaded in the bubblewrap sandbox). A build cut off by a crash simply runs again: the
 //! registry answers an identical registration with the version it already holds.
 
 use std::sync::Arc;
@@ -15,9 +17,11 @@ use serde_json::{Value, json};
 use crate::App;
 use crate::error::{ApiError, ApiResult};
 use crate::functions::Registry;
-use crate::functions::registry::{Built, Checked, Files, Registration, requested};
+use crate::functions::packages;
+use crate::functions::registry::{Built, Checked, Files, Registration, Tier, requested};
 use crate::jobs::state::JobRecord;
 use crate::jobs::{Job, JobKind, JobSpec, Stop};
+use crate::virtual_columns::native_function::NativeSource;
 
 pub const FUNCTION_BUILD: &str = "function_build";
 const STEP: &str = "build";
@@ -68,6 +72,7 @@ pub async fn submit(
             tenant,
             &app.functions.secrets,
             app.functions.packages.as_ref(),
+            app.virtual_columns.native_for(tenant).is_some(),
         )
         .await?;
     let mut table_id = namespace_path.clone();
@@ -109,16 +114,28 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
             &record.tenant,
             &app.functions.secrets,
             app.functions.packages.as_ref(),
+            app.virtual_columns.native_for(&record.tenant).is_some(),
         )
         .await
         .map_err(failed)?;
-    let (files, resolved) = shipped(app, &checked).await.map_err(failed)?;
-    let python_version =
-        tokio::task::block_in_place(|| build(app, &checked, &files)).map_err(failed)?;
-    let built = Built {
-        python_version,
-        files,
-        resolved,
+    let built = match shipped(app, &record.tenant, &checked)
+        .await
+        .map_err(failed)?
+    {
+        Shipped::Wasm(files, resolved) => {
+            let python_version =
+                tokio::task::block_in_place(|| build(app, &checked, &files)).map_err(failed)?;
+            Built {
+                python_version,
+                files,
+                resolved,
+                tier: Tier::Wasm,
+            }
+        }
+        Shipped::Native => {
+            tokio::task::block_in_place(|| build_native(app, &record.tenant, &checked))
+                .map_err(failed)?
+        }
     };
     let stored = app
         .functions
@@ -140,23 +157,43 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
     .map_err(failed)
 }
 
-/// Every file shipped with the Function: its bundle's modules, then its pip packages' files
-/// (resolved and fetched from the configured index); and what the packages resolved to.
-async fn shipped(app: &Arc<App>, checked: &Checked) -> ApiResult<(Files, Vec<String>)> {
+/// Where a Function's build goes on, and with what.
+enum Shipped {
+    /// The Wasm sandbox: every file shipped with it (its bundle's modules, then its pip
+    /// packages' files) and what the packages resolved to.
+    Wasm(Files, Vec<String>),
+    /// The native tier: a package has only native wheels (or this server has no package
+    /// index for the Wasm sandbox) and the tenant has the tier.
+    Native,
+}
+
+/// Resolve and fetch a Function's pip packages for the Wasm sandbox, or choose the native
+/// tier when they cannot run there and the tenant has it.
+async fn shipped(app: &Arc<App>, tenant: &str, checked: &Checked) -> ApiResult<Shipped> {
     let mut files = checked.files.clone();
     let wanted = requested(&checked.registration);
-    let Some(index) = app
-        .functions
-        .packages
-        .as_ref()
-        .filter(|_| !wanted.is_empty())
-    else {
-        return Ok((files, Vec::new()));
+    if wanted.is_empty() {
+        return Ok(Shipped::Wasm(files, Vec::new()));
+    }
+    let native = app.virtual_columns.native_for(tenant).is_some();
+    let Some(index) = app.functions.packages.as_ref() else {
+        // `check` refused packages without an index unless the tenant has the native tier.
+        return if native {
+            Ok(Shipped::Native)
+        } else {
+            Err(ApiError::invalid(
+                "pip packages need a package index (--package-index) or the native tier",
+            ))
+        };
     };
     let python = tokio::task::block_in_place(|| sandbox_python(app))?;
     let used: usize = files.iter().map(|(p, d)| p.len() + d.len()).sum();
     let budget = lancet_udf::MAX_FILES_BYTES.saturating_sub(used);
-    let resolved = index.resolve(&wanted, &python, budget).await?;
+    let resolved = match index.resolve(&wanted, &python, budget).await {
+        Ok(r) => r,
+        Err(e) if native && packages::needs_native(&e) => return Ok(Shipped::Native),
+        Err(e) => return Err(e),
+    };
     let mine: std::collections::HashSet<&str> = files.iter().map(|(p, _)| p.as_str()).collect();
     if let Some((clash, _)) = resolved
         .files
@@ -168,7 +205,62 @@ async fn shipped(app: &Arc<App>, checked: &Checked) -> ApiResult<(Files, Vec<Str
         )));
     }
     files.extend(resolved.files);
-    Ok((files, resolved.pins))
+    Ok(Shipped::Wasm(files, resolved.pins))
+}
+
+/// Install the packages, load the source in the native sandbox and check its parameters
+/// against the signature (blocking: pip runs).
+fn build_native(app: &Arc<App>, tenant: &str, checked: &Checked) -> ApiResult<Built> {
+    let r = &checked.registration;
+    let found = app.virtual_columns.check_native_function(
+        tenant,
+        r.runtime.python_version.as_deref(),
+        &requested(r),
+        NativeSource {
+            source: &checked.source,
+            entry: &r.artifact.entrypoint,
+            files: &checked.files,
+            // Configuration only: secrets reach a Function when it runs, not when it is built.
+            env: config_env(r),
+        },
+    )?;
+    check_params(r, &found.params, found.required)?;
+    Ok(Built {
+        python_version: found.python_version,
+        files: checked.files.clone(),
+        resolved: found.resolved,
+        tier: Tier::Native,
+    })
+}
+
+fn config_env(r: &Registration) -> Vec<(String, String)> {
+    r.runtime
+        .env
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// The callable takes the signature's inputs first, in order, and nothing else without a
+/// default.
+fn check_params(r: &Registration, params: &[String], required: usize) -> ApiResult<()> {
+    let declared: Vec<&str> = r.signature.inputs.iter().map(|p| p.name.as_str()).collect();
+    if params.len() < declared.len()
+        || params[..declared.len()]
+            .iter()
+            .map(String::as_str)
+            .ne(declared.iter().copied())
+        || required > declared.len()
+    {
+        return Err(ApiError::invalid(format!(
+            "'{}' takes ({}), but the signature declares inputs ({})",
+            r.artifact.entrypoint,
+            params.join(", "),
+            declared.join(", ")
+        )));
+    }
+    Ok(())
 }
 
 /// The sandbox interpreter's `sys.version` (what package markers are evaluated for).
@@ -198,31 +290,14 @@ fn build(app: &Arc<App>, checked: &Checked, files: &[(String, Vec<u8>)]) -> ApiR
         source: checked.source.clone(),
         entry: r.artifact.entrypoint.clone(),
         // Configuration only: secrets reach a Function when it runs, not when it is built.
-        env: r
-            .runtime
-            .env
-            .iter()
-            .flatten()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
+        env: config_env(r),
         init: None,
         on_error: lancet_udf::OnError::Fail,
         limits: None,
     };
     let signature = app.virtual_columns.check_function(&spec)?;
-    let declared: Vec<&str> = r.signature.inputs.iter().map(|p| p.name.as_str()).collect();
-    let params: Vec<&str> = signature.params.iter().map(|p| p.name.as_str()).collect();
+    let params: Vec<String> = signature.params.iter().map(|p| p.name.clone()).collect();
     let required = signature.params.iter().filter(|p| !p.has_default).count();
-    if params.len() < declared.len()
-        || params[..declared.len()] != declared[..]
-        || required > declared.len()
-    {
-        return Err(ApiError::invalid(format!(
-            "'{}' takes ({}), but the signature declares inputs ({})",
-            r.artifact.entrypoint,
-            params.join(", "),
-            declared.join(", ")
-        )));
-    }
+    check_params(r, &params, required)?;
     Ok(signature.python_version().to_string())
 }
