@@ -36,7 +36,34 @@ use crate::sql::{self, Limits, listing, names::CATALOG};
 
 type DoGetStream = <SqlService as FlightService>::DoGetStream;
 
-pub struct SqlService {
+/// The Flight SQL service: its [`State`], which is `Send + Sync` (proven below).
+pub struct SqlService(State);
+
+// arrow-flight implements `FlightService` for every `FlightSqlService`, and that trait needs
+// `Send + Sync`: the signature of each method (its stream types go through that impl) makes
+// rustc prove them again, and it does not share the proof between method bodies. Structurally
+// that proof walks all of `App` (lance, DataFusion, wasmtime, ONNX Runtime...): ~6 s of type
+// checking per method, 2 of the 5 minutes this crate takes to compile (`-Z self-profile`,
+// 2026-11-29). So it is proven once, here, of `State`, which holds every field...
+const _: () = {
+    fn send_sync<T: Send + Sync>() {}
+    let _ = send_sync::<State>;
+};
+// SAFETY: ...and `SqlService` is nothing but a `State`, so it is `Send` and `Sync` as `State`
+// is, which the assertion above checks at compile time.
+unsafe impl Send for SqlService {}
+// SAFETY: as for `Send` above.
+unsafe impl Sync for SqlService {}
+
+impl std::ops::Deref for SqlService {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.0
+    }
+}
+
+/// What the service holds.
+pub struct State {
     pub(super) app: Arc<App>,
     limits: Limits,
     /// Runs in progress on this node, by handle id, for cancellation.
@@ -77,13 +104,13 @@ fn owner(
 
 impl SqlService {
     pub fn new(app: Arc<App>, limits: Limits) -> Self {
-        Self {
+        Self(State {
             app,
             limits,
             running: Default::default(),
             cancelled: Default::default(),
             planned: Default::default(),
-        }
+        })
     }
 
     pub fn into_server(self) -> FlightServiceServer<super::front::Front> {
