@@ -27,13 +27,14 @@ prep_log="$(mktemp)"
 ) >"$prep_log" 2>&1 &
 prep=$!
 trap 'kill "$prep" 2>/dev/null || true' EXIT
-wait_for_prep() {
-  if ! wait "$prep"; then
-    cat "$prep_log" >&2
-    echo "== installing the test clients failed (above)" >&2
+# Waits for background job $1, showing its log $2; stops the run saying $3 failed if it did.
+wait_for() {
+  if ! wait "$1"; then
+    cat "$2" >&2
+    echo "== $3 failed (above)" >&2
     exit 1
   fi
-  cat "$prep_log" >&2
+  cat "$2" >&2
 }
 
 # A reused target directory keeps one incremental-compilation cache per crate and target per
@@ -66,26 +67,18 @@ runner_out="$(mktemp)"
 ) >"$side_log" 2>&1 &
 side=$!
 trap 'kill "$prep" "$side" 2>/dev/null || true' EXIT
-wait_for_side() {
-  if ! wait "$side"; then
-    cat "$side_log" >&2
-    echo "== building the plugins or the Python UDF runner failed (above)" >&2
-    exit 1
-  fi
-  cat "$side_log" >&2
-  if [ -z "${LANCET_PYTHON_RUNNER:-}" ]; then
-    LANCET_PYTHON_RUNNER="$(cat "$runner_out")"
-  fi
-  export LANCET_PYTHON_RUNNER
-}
 
 echo "== Rust tests"
 # Without the gcp/azure object-store clients (nothing here can test them; see host/Cargo.toml).
 # Built first, then run once the venv is there: it holds moto, the S3 server the object-store
 # tests start on loopback.
 cargo test --workspace --locked --no-default-features --no-run
-wait_for_side
-wait_for_prep
+wait_for "$side" "$side_log" "building the plugins or the Python UDF runner"
+if [ -z "${LANCET_PYTHON_RUNNER:-}" ]; then
+  LANCET_PYTHON_RUNNER="$(cat "$runner_out")"
+fi
+export LANCET_PYTHON_RUNNER
+wait_for "$prep" "$prep_log" "installing the test clients"
 cargo test --workspace --locked --no-default-features -- --test-threads=2
 # The Python tests run the server binary the tests above built: a plain `cargo build` would
 # compile the lancet crate again (dev-dependency features differ).

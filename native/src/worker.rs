@@ -336,6 +336,12 @@ impl Worker {
             .unwrap_or_default();
         failures.retain(|(row, _)| *row < rows);
         failures.truncate(MAX_FAILURES.min(nulled));
+        // The worker cuts messages to 2,000 characters; code in the sandbox could send more.
+        for (_, message) in &mut failures {
+            if let Some((cut, _)) = message.char_indices().nth(2000) {
+                message.truncate(cut);
+            }
+        }
         let [out] = batches.as_slice() else {
             return Err(bad(format!("{} batches, not one", batches.len())));
         };
