@@ -22,6 +22,7 @@ def _channel():
 
 
 IN, OUT = _channel()
+OUT_FD = OUT.fileno()
 
 
 def read_exact(n):
@@ -42,10 +43,18 @@ def receive():
 
 
 def send(kind, payload):
-    OUT.write(struct.pack("<cI", kind, len(payload)))
-    view = memoryview(payload)
-    while view:
-        view = view[OUT.write(view):]
+    # Head and payload in one writev: the host wakes once for the whole frame.
+    parts = [memoryview(struct.pack("<cI", kind, len(payload))), memoryview(payload)]
+    while parts:
+        n = os.writev(OUT_FD, parts)
+        while n and parts:
+            if n >= len(parts[0]):
+                n -= len(parts[0])
+                parts.pop(0)
+            else:
+                parts[0] = parts[0][n:]
+                n = 0
+        parts = [p for p in parts if len(p)]
 
 
 def fail(message, row=None):

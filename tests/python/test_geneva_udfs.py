@@ -15,6 +15,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+from typing import NamedTuple
 
 import geneva
 import geneva.cloudpickle
@@ -233,5 +234,61 @@ def test_geneva_alters_a_udf_column_and_backfills_it_again(server):
             t.alter_columns({"path": "c", "udf": halved})
         d = server.post("/v1/table/alters$g/describe")["virtual_columns"]["c"]
         assert d["udf_name"] == "tripled"
+    finally:
+        db.close()
+
+
+class Dimensions(NamedTuple):
+    height: int
+    width: int
+
+
+@udf
+def dimensions(x: int) -> geneva.Columns[Dimensions]:
+    return Dimensions(x + 10, x * 2)
+
+
+class Bounds(NamedTuple):
+    low: int
+    high: int
+
+
+@udf
+class Spread:
+    def __init__(self):
+        self.width = None
+
+    def __call__(self, x: int) -> geneva.Columns[Bounds]:
+        if self.width is None:  # set up once per worker
+            self.width = 1
+        return Bounds(x - self.width, x + self.width)
+
+
+def test_geneva_multi_column_udfs_fill_their_sibling_columns(server):
+    server.post("/v1/namespace/multi/create")
+    db = geneva.connect("db://multi", api_key=server.key, host_override=server.base)
+    try:
+        t = db.create_table("g", pa.table({"id": [1, 2, 3], "x": [5, 7, 10]}))
+        t.add_columns(dimensions)  # one struct, unpacked into two sibling columns
+        vcs = server.post("/v1/table/multi$g/describe")["virtual_columns"]
+        assert {vcs[c]["udf_backend"] for c in ("height", "width")} == {"DockerUDFSpecV1"}
+        schema = db.open_table("g").schema
+        assert (schema.field("height").type, schema.field("width").type) == (pa.int64(), pa.int64())
+        # What Geneva's client reads to treat the siblings as one group.
+        assert schema.field("width").metadata[b"virtual_column.unpack"] == b"true"
+        t.backfill("height", timeout=120)
+        got = sorted(db.open_table("g").to_arrow().to_pylist(), key=lambda r: r["id"])
+        assert [r["height"] for r in got] == [15, 17, 20]
+        t.backfill("width", timeout=120)
+        got = sorted(db.open_table("g").to_arrow().to_pylist(), key=lambda r: r["id"])
+        assert [(r["height"], r["width"]) for r in got] == [(15, 10), (17, 14), (20, 20)]
+        # A stateful one.
+        t.add_columns(Spread())
+        t.backfill("high", timeout=120)
+        t.backfill("low", timeout=120)
+        got = sorted(db.open_table("g").to_arrow().to_pylist(), key=lambda r: r["id"])
+        assert [(r["low"], r["high"]) for r in got] == [(4, 6), (6, 8), (9, 11)]
+        t.drop_columns(["height", "width"])
+        assert "height" not in db.open_table("g").schema.names
     finally:
         db.close()

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pytest
 from lance_namespace_urllib3_client import ApiClient, Configuration
 from lance_namespace_urllib3_client.api import TableApi
+from lance_namespace_urllib3_client.exceptions import ApiException
 from lance_namespace_urllib3_client.models import (
     AddColumnsEntry, AddVirtualColumnEntry, AddVirtualColumnOutputEntry,
     AlterTableAddColumnsRequest, AlterTableBackfillColumnsRequest,
@@ -140,6 +141,37 @@ STRUCT = """
 def describe(name):
     return {"length": len(name), "upper": name.upper()}
 """
+
+
+def test_a_struct_result_split_into_sibling_columns(server):
+    # Several outputs, each naming its field of the function's struct result: one call fills
+    # every sibling (on insert here, with auto_backfill).
+    server.create_table("test$split", pa.table({"id": pa.array([], pa.int64()),
+                                                "name": pa.array([], pa.string())}))
+    column = native_column("length", STRUCT, "describe", {"type": "int64"}, ["name"],
+                           auto_backfill=True)
+    column.virtual_column.outputs = [
+        AddVirtualColumnOutputEntry(column="length", struct_field="length",
+                                    data_type={"type": "int64"}, nullable=True),
+        AddVirtualColumnOutputEntry(column="upper", struct_field="upper",
+                                    data_type={"type": "string"}, nullable=True)]
+    add(server, "test$split", column)
+    server.lancedb().open_table("split").add(pa.table({"id": [1, 2], "name": ["ada", None]}))
+    got = rows(server, "split", ["id", "length", "upper"])
+    assert [(got[i]["length"], got[i]["upper"]) for i in (1, 2)] == [(3, "ADA"), (None, None)]
+    group = server.post("/v1/table/test$split/describe")["virtual_columns"]
+    assert (group["length"]["struct_field"], group["upper"]["struct_field"]) == ("length", "upper")
+    # Backfilled by a job too, each sibling on its own.
+    server.create_table("test$split2", pa.table({"id": [1], "name": ["grace"]}))
+    column.virtual_column.auto_backfill = None
+    add(server, "test$split2", column)
+    assert backfill(server, "test$split2", "upper").wait() is None
+    assert rows(server, "split2", ["id", "length", "upper"])[1] == {
+        "id": 1, "length": None, "upper": "GRACE"}
+    # Several outputs without the field each takes: refused, nothing added.
+    column.virtual_column.outputs[1].struct_field = ""
+    with pytest.raises(ApiException, match="output 'upper' needs its struct_field"):
+        add(server, "test$split2", column)
 
 
 def test_a_struct_output_and_row_errors_nulled_on_request(server):

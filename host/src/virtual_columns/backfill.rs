@@ -154,7 +154,8 @@ impl VirtualColumns {
                     "manifest: column '{column}' is a native Python UDF; alter the column to change it"
                 )));
             }
-            let udf = self.native_udf(&def, native, inputs, field)?;
+            let output = super::result_type(&arrow, &def, field)?;
+            let udf = self.native_udf(&def, native, inputs, output)?;
             return Ok(ColumnUdf {
                 engine: Engine::Native(Box::new(udf)),
                 field: field.clone(),
@@ -278,7 +279,13 @@ impl ColumnUdf {
         match &self.engine {
             Engine::Wasm(w) => w.compute(tenant, batch, &self.field),
             Engine::Python(p) => p.compute(tenant, batch, &self.field),
-            Engine::Native(n) => n.compute(tenant, batch),
+            Engine::Native(n) => {
+                let whole = n.compute(tenant, batch)?;
+                Ok(Computed {
+                    values: super::compute::pick(&whole.values, &n.struct_field, &self.field)?,
+                    ..whole
+                })
+            }
             Engine::NativeFunction(n) => n.compute(tenant, batch, &self.field),
             Engine::Model(m) => {
                 let text = batch.column_by_name(&m.input_columns[0]).ok_or_else(|| {
@@ -390,10 +397,10 @@ pub(super) fn converted(
     let values = if struct_field.is_empty() {
         result.clone()
     } else {
-        result
-            .as_any()
-            .downcast_ref::<arrow_array::StructArray>()
-            .and_then(|s| s.column_by_name(struct_field).cloned())
+        let s = result.as_any().downcast_ref::<arrow_array::StructArray>();
+        s.map(|s| super::compute::struct_child(s, struct_field))
+            .transpose()?
+            .flatten()
             .ok_or_else(|| {
                 ApiError::invalid(format!(
                     "the Function's result lacks field '{struct_field}'"

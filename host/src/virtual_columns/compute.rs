@@ -161,7 +161,8 @@ impl VirtualColumns {
             .map_err(ApiError::from)?;
         if let Some(native) = &def.native {
             // The worker pool keeps the function's workers warm across writes.
-            let udf = self.native_udf(def, native, fields, field)?;
+            let output = super::result_type(table, def, field)?;
+            let udf = self.native_udf(def, native, fields, output)?;
             return Ok(udf.compute(tenant, &input)?.values);
         }
         if let Some(python) = &def.python {
@@ -199,7 +200,7 @@ pub(super) fn pick(result: &ArrayRef, struct_field: &str, field: &Field) -> ApiR
             .as_any()
             .downcast_ref::<StructArray>()
             .ok_or_else(|| ApiError::invalid("the UDF no longer returns a struct"))?;
-        s.column_by_name(struct_field).cloned().ok_or_else(|| {
+        struct_child(s, struct_field)?.ok_or_else(|| {
             ApiError::invalid(format!(
                 "the UDF result lacks struct field '{struct_field}'"
             ))
@@ -214,4 +215,48 @@ pub(super) fn pick(result: &ArrayRef, struct_field: &str, field: &Field) -> ApiR
         )));
     }
     Ok(array)
+}
+
+/// The child `name` of `s` as a column of its own: null where the struct is null, whatever
+/// the child holds under a null struct slot (a null row is often a zero there, not a null).
+pub(super) fn struct_child(s: &StructArray, name: &str) -> ApiResult<Option<ArrayRef>> {
+    let Some(child) = s.column_by_name(name) else {
+        return Ok(None);
+    };
+    if s.null_count() == 0 {
+        return Ok(Some(child.clone()));
+    }
+    let nulls = arrow_buffer::NullBuffer::union(s.nulls(), child.nulls());
+    let data = child
+        .to_data()
+        .into_builder()
+        .nulls(nulls)
+        .build()
+        .map_err(ApiError::from)?;
+    Ok(Some(arrow_array::make_array(data)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{Array, Int64Array};
+    use arrow_buffer::NullBuffer;
+    use arrow_schema::DataType;
+
+    #[test]
+    fn a_null_struct_row_is_null_in_every_child() {
+        // Row 1 is a null struct whose child holds 0, as a function's converter writes it.
+        let child: ArrayRef = Arc::new(Int64Array::from(vec![Some(3), Some(0), Some(5)]));
+        let s = StructArray::new(
+            vec![Field::new("n", DataType::Int64, true)].into(),
+            vec![child],
+            Some(NullBuffer::from(vec![true, false, true])),
+        );
+        let whole: ArrayRef = Arc::new(s.slice(1, 2));
+        let field = Field::new("n", DataType::Int64, true);
+        let n = pick(&whole, "n", &field).unwrap();
+        let n = n.as_any().downcast_ref::<Int64Array>().unwrap();
+        assert_eq!(n.iter().collect::<Vec<_>>(), vec![None, Some(5)]);
+        assert!(pick(&whole, "missing", &field).is_err());
+    }
 }

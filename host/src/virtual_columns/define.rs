@@ -114,13 +114,13 @@ impl VirtualColumns {
         let mut fields = Vec::new();
         for (name, v) in cols {
             if super::native::is_native_backend(v.udf_backend.as_deref()) {
-                let field = self.native_field(tenant, ds.schema(), &v, None).await?;
+                let columns = self.native_fields(tenant, ds.schema(), &v, None).await?;
                 if super::geneva::is_geneva_backend(v.udf_backend.as_deref()) {
                     // Geneva's client reads the payload back before a blocking backfill.
                     let spec = super::geneva::spec_json(v.udf.as_deref().unwrap_or_default())?;
                     super::geneva::upload_payload(&ds, &spec).await?;
                 }
-                fields.push(field);
+                fields.extend(columns);
                 continue;
             }
             if super::embedding::is_model_backend(v.udf_backend.as_deref()) {
@@ -413,8 +413,13 @@ impl VirtualColumns {
             field_metadata: v.field_metadata.clone(),
         };
         let altered = self
-            .native_field(tenant, ds.schema(), &nv, Some(field))
+            .native_fields(tenant, ds.schema(), &nv, Some(field))
             .await?;
+        let [altered] = altered.as_slice() else {
+            return Err(ApiError::internal(
+                "an altered native column gave several fields",
+            ));
+        };
         if super::geneva::is_geneva_backend(nv.udf_backend.as_deref()) {
             let spec = super::geneva::spec_json(nv.udf.as_deref().unwrap_or_default())?;
             super::geneva::upload_payload(ds, &spec).await?;

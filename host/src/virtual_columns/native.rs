@@ -26,6 +26,10 @@ pub fn is_native_backend(backend: Option<&str>) -> bool {
         || super::geneva::is_geneva_backend(backend)
 }
 
+/// One output column: name, the `struct_field` of the result it takes (empty: all of it),
+/// type, nullable, field metadata.
+type Output = (String, String, DataType, bool, HashMap<String, String>);
+
 /// What is stored with a native column (inside its [`Definition`]).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NativeDef {
@@ -127,7 +131,10 @@ pub(super) struct NativeUdf {
     entry: String,
     /// Which function, for the pool (with the tenant, its key).
     function: String,
+    /// What the function returns (a struct for a multi-output group).
     output: DataType,
+    /// The child of the result this column takes; empty: the whole result.
+    pub(super) struct_field: String,
     pub(super) input_columns: Vec<String>,
     inputs: Vec<Field>,
     /// The worker spec, resolved on first use (on a blocking thread: pip may run).
@@ -156,7 +163,8 @@ impl NativeUdf {
         Ok(self.spec.get_or_init(|| spec))
     }
 
-    /// Computes the column over `batch` (holding its inputs). Blocking.
+    /// Computes the function over `batch` (holding its inputs): its whole result, of which
+    /// the column takes [`NativeUdf::struct_field`]. Blocking.
     pub(super) fn compute(&self, tenant: &str, batch: &RecordBatch) -> ApiResult<Computed> {
         self.tier.allow(tenant)?;
         let input = super::backfill::udf_input(&self.inputs, batch)?;
@@ -190,13 +198,15 @@ impl VirtualColumns {
         })
     }
 
-    /// The native UDF of a column defined with `def`.
+    /// The native UDF of a column defined with `def`, whose function returns `output` (the
+    /// column's type, or for a member of a multi-output group the struct of the group's
+    /// fields: [`NativeUdf::compute`] returns it whole).
     pub(super) fn native_udf(
         &self,
         def: &Definition,
         native: &NativeDef,
         inputs: Vec<Field>,
-        field: &Field,
+        output: DataType,
     ) -> ApiResult<NativeUdf> {
         let tier = self.native()?.clone();
         let digest = sha256_hex(
@@ -208,24 +218,26 @@ impl VirtualColumns {
             tier,
             def: native.clone(),
             entry: def.udf_name.clone(),
-            function: format!("{digest}:{}:{}", def.udf_name, field.data_type()),
-            output: field.data_type().clone(),
+            function: format!("{digest}:{}:{output}", def.udf_name),
+            output,
+            struct_field: def.struct_field.clone(),
             input_columns: def.input_columns.clone(),
             inputs,
             spec: OnceLock::new(),
         })
     }
 
-    /// The field of a new native column (null until computed), its definition in its
-    /// metadata; with `existing`, the new definition of that column (same name and type: its
-    /// UDF is altered).
-    pub(super) async fn native_field(
+    /// The fields of a new native column (null until computed), their definition in their
+    /// metadata: one, or one per output when the function's struct result is split into
+    /// sibling columns; with `existing`, the new definition of that one column (same name and
+    /// type: its UDF is altered).
+    pub(super) async fn native_fields(
         &self,
         tenant: &str,
         schema: &lance_core::datatypes::Schema,
         v: &NewVirtual,
         existing: Option<&Field>,
-    ) -> ApiResult<Field> {
+    ) -> ApiResult<Vec<Field>> {
         let tier = self.native()?.clone();
         tier.allow(tenant)?;
         let encoded = v.udf.as_deref().filter(|u| !u.is_empty()).ok_or_else(|| {
@@ -278,26 +290,67 @@ impl VirtualColumns {
         let default_mode = if geneva { "record_batch" } else { "row" };
         let mode = options.mode.clone().unwrap_or_else(|| default_mode.into());
         mode_of(&mode)?;
-        let (column, declared, nullable, output_md) = match (existing, v.outputs.as_slice()) {
-            (Some(f), _) => (
+        // (column, struct_field, type, nullable, metadata) per output column. Several outputs
+        // are one struct result split into sibling columns (Geneva's `Columns[T]`); a lone
+        // output is the result itself, whatever `struct_field` upstream's clients fill in.
+        let outputs: Vec<Output> = match (existing, v.outputs.as_slice()) {
+            (Some(f), _) => vec![(
                 f.name().clone(),
+                String::new(),
                 f.data_type().clone(),
                 f.is_nullable(),
                 HashMap::new(),
-            ),
-            (None, [output]) => (
-                output.column.clone(),
-                crate::json_types::parse_data_type(&output.data_type)?,
-                output.nullable,
-                output.metadata.clone().unwrap_or_default(),
-            ),
-            (None, outputs) => {
-                return Err(ApiError::invalid(format!(
-                    "a native Python column declares exactly one output with its data_type, \
-                     not {} (a struct data_type gives several values per row)",
-                    outputs.len()
-                )));
+            )],
+            (None, []) => {
+                return Err(ApiError::invalid(
+                    "a native Python column declares its output: 'outputs' with a column \
+                         and its data_type",
+                ));
             }
+            (None, [o]) => vec![(
+                o.column.clone(),
+                String::new(),
+                crate::json_types::parse_data_type(&o.data_type)?,
+                o.nullable,
+                o.metadata.clone().unwrap_or_default(),
+            )],
+            (None, many) => {
+                let mut out: Vec<Output> = Vec::new();
+                for o in many {
+                    if o.struct_field.is_empty() {
+                        return Err(ApiError::invalid(format!(
+                            "output '{}' needs its struct_field: with several outputs, \
+                                 each takes one field of the UDF's struct result",
+                            o.column
+                        )));
+                    }
+                    if out
+                        .iter()
+                        .any(|(c, f, ..)| *c == o.column || *f == o.struct_field)
+                    {
+                        return Err(ApiError::invalid(format!(
+                            "outputs name column '{}' or struct_field '{}' twice",
+                            o.column, o.struct_field
+                        )));
+                    }
+                    out.push((
+                        o.column.clone(),
+                        o.struct_field.clone(),
+                        crate::json_types::parse_data_type(&o.data_type)?,
+                        o.nullable,
+                        o.metadata.clone().unwrap_or_default(),
+                    ));
+                }
+                out
+            }
+        };
+        let declared = match outputs.as_slice() {
+            [(_, _, t, ..)] => t.clone(),
+            many => DataType::Struct(
+                many.iter()
+                    .map(|(_, sf, t, nullable, _)| Field::new(sf, t.clone(), *nullable))
+                    .collect(),
+            ),
         };
         let arrow = arrow_schema::Schema::from(schema);
         let mut inputs = Vec::new();
@@ -314,10 +367,11 @@ impl VirtualColumns {
                 "input_columns must name at least one column",
             ));
         }
-        if existing.is_none() && schema.field(&column).is_some() {
+        if existing.is_none()
+            && let Some((column, ..)) = outputs.iter().find(|o| schema.field(&o.0).is_some())
+        {
             return Err(ApiError::invalid(format!(
-                "column '{}' already exists",
-                column
+                "column '{column}' already exists"
             )));
         }
         let native = NativeDef {
@@ -347,55 +401,57 @@ impl VirtualColumns {
         })
         .await
         .map_err(|e| ApiError::internal(format!("the definition check stopped: {e}")))??;
-        let def = Definition {
-            input_columns: v.input_columns.clone(),
-            udf_name: entry,
-            udf_version: v
-                .udf_version
-                .clone()
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(|| native.source_sha256.clone()),
-            udf_backend: if geneva {
-                super::geneva::BACKEND
-            } else {
-                BACKEND
-            }
-            .to_string(),
-            module_sha256: native.source_sha256.clone(),
-            manifest: manifest_text,
-            manifest_checksum: checksum,
-            image: v.image.clone(),
-            auto_backfill: v.auto_backfill.unwrap_or(false),
-            struct_field: String::new(),
-            group: vec![column.clone()],
-            python: None,
-            model: None,
-            native: Some(native),
-        };
-        let mut md = super::define::user_metadata(v.field_metadata.as_ref())?;
-        md.extend(output_md);
-        if geneva {
-            md.extend(
-                super::geneva::ClientMetadata {
-                    spec_json: &spec_json,
-                    udf_name: &def.udf_name,
-                    input_columns: &def.input_columns,
-                    auto_backfill: def.auto_backfill,
-                    manifest: (!def.manifest.is_empty())
-                        .then_some((def.manifest.as_str(), def.manifest_checksum.as_str())),
-                    python_version: def
-                        .native
-                        .as_ref()
-                        .map_or("", |n| n.python_version.as_str()),
+        let group: Vec<String> = outputs.iter().map(|o| o.0.clone()).collect();
+        let mut fields = Vec::new();
+        for (column, struct_field, declared, nullable, output_md) in outputs {
+            let def = Definition {
+                input_columns: v.input_columns.clone(),
+                udf_name: entry.clone(),
+                udf_version: v
+                    .udf_version
+                    .clone()
+                    .filter(|s| !s.is_empty())
+                    .unwrap_or_else(|| native.source_sha256.clone()),
+                udf_backend: if geneva {
+                    super::geneva::BACKEND
+                } else {
+                    BACKEND
                 }
-                .keys(),
+                .to_string(),
+                module_sha256: native.source_sha256.clone(),
+                manifest: manifest_text.clone(),
+                manifest_checksum: checksum.clone(),
+                image: v.image.clone(),
+                auto_backfill: v.auto_backfill.unwrap_or(false),
+                struct_field,
+                group: group.clone(),
+                python: None,
+                model: None,
+                native: Some(native.clone()),
+            };
+            let mut md = super::define::user_metadata(v.field_metadata.as_ref())?;
+            md.extend(output_md);
+            if geneva {
+                md.extend(
+                    super::geneva::ClientMetadata {
+                        spec_json: &spec_json,
+                        udf_name: &def.udf_name,
+                        input_columns: &def.input_columns,
+                        auto_backfill: def.auto_backfill,
+                        manifest: (!def.manifest.is_empty())
+                            .then_some((def.manifest.as_str(), def.manifest_checksum.as_str())),
+                        python_version: &native.python_version,
+                    }
+                    .keys(),
+                );
+            }
+            md.insert(
+                DEFINITION_KEY.to_string(),
+                serde_json::to_string(&def).map_err(|e| ApiError::internal(e.to_string()))?,
             );
+            fields.push(Field::new(&column, declared, nullable).with_metadata(md));
         }
-        md.insert(
-            DEFINITION_KEY.to_string(),
-            serde_json::to_string(&def).map_err(|e| ApiError::internal(e.to_string()))?,
-        );
-        Ok(Field::new(&column, declared, nullable).with_metadata(md))
+        Ok(fields)
     }
 }
 
