@@ -131,6 +131,13 @@ pub struct ServeConfig {
         default_value_t = 100_000
     )]
     pub tenant_model_tokens_per_sec: u64,
+    /// MiB of model files one tenant may keep stored (0: no limit).
+    #[arg(long, env = "LANCET_TENANT_MODEL_STORAGE_MB", default_value_t = 4096)]
+    pub tenant_model_storage_mb: u64,
+    /// Seconds an uploaded model file no registered model names is kept (then deleted at the
+    /// tenant's next upload).
+    #[arg(long, env = "LANCET_MODEL_UPLOAD_GRACE_S", default_value_t = 86_400)]
+    pub model_upload_grace_s: u64,
     /// A local auth file (API keys, token issuer) instead of the data root's
     /// `_auth/auth.toml` (a file of a local root, an object under an object-store root).
     #[arg(long, env = "LANCET_AUTH_FILE")]

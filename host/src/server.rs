@@ -249,6 +249,8 @@ fn models_config(config: &ServeConfig) -> crate::models::ModelsConfig {
         },
         tenant_concurrency: config.tenant_model_concurrency.max(1),
         tenant_tokens_per_sec: config.tenant_model_tokens_per_sec,
+        tenant_storage_bytes: config.tenant_model_storage_mb.saturating_mul(1 << 20),
+        upload_grace: std::time::Duration::from_secs(config.model_upload_grace_s),
     }
 }
 

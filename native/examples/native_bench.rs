@@ -1,6 +1,6 @@
 //! Speed of the native tier against the same CPython outside the sandbox, in one run: a
 //! worker's cold start (sandbox + interpreter + pyarrow import + load), then a row-at-a-time and
-//! a pyarrow batch function over the same rows, in the same batches, both ways (the median of
+//! a pyarrow batch function over the same rows, in the same batches, both ways (the fastest of
 //! several passes), and the fixed cost of one call (a function returning its input). Prints
 //! numbers; asserts nothing.
 //!
@@ -18,8 +18,8 @@ use arrow_schema::DataType;
 use lancet_native::{Code, Environments, FunctionSpec, Interpreter, Limits, Mode, Sandbox, Worker};
 
 const ROW_FN: &str = "def f(x):\n    return x * 2 + 1\n";
-/// Timed passes over the rows, each way; the median is reported.
-const PASSES: usize = 7;
+/// Timed passes over the rows, each way; the fastest is reported (this machine's noise only adds).
+const PASSES: usize = 9;
 const BATCH_FN: &str =
     "import pyarrow.compute as pc\ndef f(x):\n    return pc.add(pc.multiply(x, 2), 1)\n";
 
@@ -109,7 +109,7 @@ fn main() {
             })
             .collect();
         passes.sort_by(f64::total_cmp);
-        let sandboxed = passes[PASSES / 2];
+        let sandboxed = passes[0];
         if name == "identity" {
             println!(
                 "per-call cost (identity function, {batch}-row int64 batches): {:.0} us ({:.1} ns/row)  (check {sum})",
@@ -143,7 +143,7 @@ fn outside(python: &Path, env: &Path, src: &str, row: bool, rows: usize, batch: 
          \x20   for b in batches:\n\
          \x20       out = pa.array([None if v is None else f(v) for v in b.to_pylist()], pa.int64()) if {row} else f(b)\n\
          \x20   passes.append(time.perf_counter() - t)\n\
-         print(sorted(passes)[{PASSES} // 2])\n",
+         print(min(passes))\n",
         env = env.display().to_string(),
         row = if row { "True" } else { "False" },
     );

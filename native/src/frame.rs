@@ -11,12 +11,19 @@ use std::time::{Duration, Instant};
 pub(crate) enum Kind {
     /// Host to worker: the function to load (JSON).
     Setup,
-    /// Host to worker: a batch to compute (Arrow IPC stream).
+    /// Host to worker: a batch to compute (Arrow IPC stream: its schema, then the batch).
     Batch,
+    /// Host to worker: a batch of the schema the last `Batch` carried (one encapsulated IPC
+    /// record batch message, no schema: the worker does not parse it again per batch).
+    Message,
     /// Worker to host: loaded (JSON: the interpreter's version).
     Ready,
-    /// Worker to host: a result (Arrow IPC stream, one column).
+    /// Worker to host: a result (Arrow IPC stream, one column; its schema metadata counts
+    /// the rows nulled and their errors).
     Output,
+    /// Worker to host: a result without nulled rows, as one IPC record batch message of the
+    /// output schema the host set up.
+    Values,
     /// Worker to host: the function raised (JSON: message, row).
     Error,
 }
@@ -26,8 +33,10 @@ impl Kind {
         match self {
             Kind::Setup => b'S',
             Kind::Batch => b'B',
+            Kind::Message => b'b',
             Kind::Ready => b'R',
             Kind::Output => b'O',
+            Kind::Values => b'o',
             Kind::Error => b'E',
         }
     }
@@ -36,8 +45,10 @@ impl Kind {
         Ok(match b {
             b'S' => Kind::Setup,
             b'B' => Kind::Batch,
+            b'b' => Kind::Message,
             b'R' => Kind::Ready,
             b'O' => Kind::Output,
+            b'o' => Kind::Values,
             b'E' => Kind::Error,
             _ => {
                 return Err(io::Error::new(

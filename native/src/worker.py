@@ -43,18 +43,10 @@ def receive():
 
 
 def send(kind, payload):
-    # Head and payload in one writev: the host wakes once for the whole frame.
-    parts = [memoryview(struct.pack("<cI", kind, len(payload))), memoryview(payload)]
-    while parts:
-        n = os.writev(OUT_FD, parts)
-        while n and parts:
-            if n >= len(parts[0]):
-                n -= len(parts[0])
-                parts.pop(0)
-            else:
-                parts[0] = parts[0][n:]
-                n = 0
-        parts = [p for p in parts if len(p)]
+    OUT.write(struct.pack("<cI", kind, len(payload)))
+    view = memoryview(payload)
+    while view:
+        view = view[OUT.write(view):]
 
 
 def fail(message, row=None):
@@ -199,13 +191,21 @@ def main():
     send(b"R", json.dumps({"python": version, "params": params, "required": required}).encode())
     if setup.get("load_only"):
         return
+    in_schema = None  # of the last stream: bare messages ("b") are batches of it
     while True:
         kind, payload = receive()
-        if kind != b"B":
+        if kind not in (b"B", b"b"):
             fail(f"unexpected frame {kind!r}")
             return
         try:
-            batch = pa.ipc.open_stream(pa.py_buffer(payload)).read_next_batch()
+            if kind == b"B":
+                reader = pa.ipc.open_stream(pa.py_buffer(payload))
+                in_schema = reader.schema
+                batch = reader.read_next_batch()
+            elif in_schema is None:
+                raise ValueError("a batch message before any schema")
+            else:
+                batch = pa.ipc.read_record_batch(pa.py_buffer(payload), in_schema)
             result, nulled, errors, error = compute(fn, setup, batch, out_type, pa)
         except Exception as e:  # noqa: BLE001
             fail(describe(e))
@@ -213,9 +213,13 @@ def main():
         if error:
             fail(error[0], error[1])
             continue
+        if not nulled:
+            # The host knows the schema: the batch alone.
+            send(b"o", pa.RecordBatch.from_arrays([result], schema=schema).serialize())
+            continue
         sink = pa.BufferOutputStream()
         counted = schema.with_metadata(
-            {"lancet.nulled": str(nulled), "lancet.errors": json.dumps(errors)}) if nulled else schema
+            {"lancet.nulled": str(nulled), "lancet.errors": json.dumps(errors)})
         with pa.ipc.new_stream(sink, counted) as w:
             w.write_batch(pa.RecordBatch.from_arrays([result], schema=counted))
         send(b"O", sink.getvalue())

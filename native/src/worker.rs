@@ -119,6 +119,12 @@ pub struct Worker {
     output: ChildStdout,
     stderr: Arc<Mutex<Tail>>,
     schema: SchemaRef,
+    /// `schema` as the head of an IPC stream (no end marker): a [`Kind::Values`] answer is
+    /// decoded as this followed by its message.
+    schema_head: Vec<u8>,
+    /// The input schema the worker last received in a [`Kind::Batch`] and computed with:
+    /// later batches of it travel as bare messages.
+    sent_schema: Option<SchemaRef>,
     python: String,
     params: Vec<String>,
     required: usize,
@@ -188,12 +194,17 @@ impl Worker {
             spec.output.clone(),
             true,
         )]));
+        let schema_ipc = schema_bytes(&schema)?;
+        // The stream's end marker is the last 8 bytes (continuation word, zero length).
+        let schema_head = schema_ipc[..schema_ipc.len().saturating_sub(8)].to_vec();
         let mut worker = Worker {
             child,
             input,
             output,
             stderr,
             schema,
+            schema_head,
+            sent_schema: None,
             python: String::new(),
             params: Vec::new(),
             required: 0,
@@ -211,7 +222,7 @@ impl Worker {
             },
             "mode": spec.mode.name(),
             "null_on_error": spec.null_on_error,
-            "output_schema": base64::engine::general_purpose::STANDARD.encode(schema_bytes(&worker.schema)?),
+            "output_schema": base64::engine::general_purpose::STANDARD.encode(&schema_ipc),
             "env": spec.env.iter().cloned().collect::<std::collections::BTreeMap<_, _>>(),
             "init": spec.init,
             "files": spec.files.iter()
@@ -282,21 +293,29 @@ impl Worker {
     /// Computes `batch` (the function's input columns): one value per row, of the output
     /// type. After an error other than [`NativeError::worker_survives`] the worker is dead.
     pub fn call(&mut self, batch: &RecordBatch) -> Result<CallOutput, NativeError> {
-        let mut ipc = Vec::new();
-        {
-            let mut w = arrow_ipc::writer::StreamWriter::try_new(&mut ipc, &batch.schema())
-                .map_err(|e| NativeError::Io(std::io::Error::other(e)))?;
-            w.write(batch)
-                .map_err(|e| NativeError::Io(std::io::Error::other(e)))?;
-            w.finish()
-                .map_err(|e| NativeError::Io(std::io::Error::other(e)))?;
-        }
+        let io = |e| NativeError::Io(std::io::Error::other(e));
+        // Per batch, Python would spend more parsing a schema and writing one back than it
+        // spends on a cheap function: after the first batch of a schema, bare messages.
+        let bare = match &self.sent_schema {
+            Some(s) if *s == batch.schema() => message(batch).map_err(io)?,
+            _ => None,
+        };
+        let (kind, ipc) = match bare {
+            Some(ipc) => (Kind::Message, ipc),
+            None => (Kind::Batch, stream(batch).map_err(io)?),
+        };
         let deadline = frame::deadline(self.call_timeout);
-        let answer = frame::send(self.input.as_fd(), Kind::Batch, &ipc, deadline)
+        let answer = frame::send(self.input.as_fd(), kind, &ipc, deadline)
             .and_then(|()| frame::receive(self.output.as_fd(), self.max_output, deadline));
         self.calls += 1;
-        match answer {
+        let result = match answer {
             Ok((Kind::Output, body)) => self.decode(&body, batch.num_rows()),
+            Ok((Kind::Values, body)) => {
+                let mut whole = Vec::with_capacity(self.schema_head.len() + body.len());
+                whole.extend_from_slice(&self.schema_head);
+                whole.extend_from_slice(&body);
+                self.decode(&whole, batch.num_rows())
+            }
             Ok((Kind::Error, body)) => {
                 let (row, message) = guest_message(&body);
                 Err(NativeError::Guest { row, message })
@@ -308,7 +327,11 @@ impl Worker {
                 )))
             }
             Err(e) => Err(self.failure(e, self.call_timeout)),
+        };
+        if result.is_ok() {
+            self.sent_schema = Some(batch.schema());
         }
+        result
     }
 
     /// The result, checked: one column of the output type, one value per input row.
@@ -407,6 +430,35 @@ impl Drop for Worker {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// `batch` as an IPC stream (its schema, then the batch).
+fn stream(batch: &RecordBatch) -> Result<Vec<u8>, arrow_schema::ArrowError> {
+    let mut ipc = Vec::new();
+    let mut w = arrow_ipc::writer::StreamWriter::try_new(&mut ipc, &batch.schema())?;
+    w.write(batch)?;
+    w.finish()?;
+    drop(w);
+    Ok(ipc)
+}
+
+/// `batch` as one encapsulated IPC record batch message; `None` when it needs dictionary
+/// messages too (those go as a stream).
+fn message(batch: &RecordBatch) -> Result<Option<Vec<u8>>, arrow_schema::ArrowError> {
+    use arrow_ipc::writer::{DictionaryTracker, IpcDataGenerator, IpcWriteOptions, write_message};
+    let options = IpcWriteOptions::default();
+    let (dictionaries, encoded) = IpcDataGenerator::default().encode(
+        batch,
+        &mut DictionaryTracker::new(false),
+        &options,
+        &mut Default::default(),
+    )?;
+    if !dictionaries.is_empty() {
+        return Ok(None);
+    }
+    let mut out = Vec::with_capacity(encoded.ipc_message.len() + encoded.arrow_data.len() + 16);
+    write_message(&mut out, encoded, &options)?;
+    Ok(Some(out))
 }
 
 fn schema_bytes(schema: &Schema) -> Result<Vec<u8>, NativeError> {

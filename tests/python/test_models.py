@@ -8,6 +8,7 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 import urllib.error
 import urllib.request
 
@@ -240,5 +241,31 @@ def test_a_server_without_onnx_runtime_says_so():
             assert status == 400 and "ONNX Runtime" in answer["error"], answer
             # Everything else still works.
             assert s.post("/v1/namespace/$/exists") is not None
+        finally:
+            s.stop()
+
+
+def test_a_tenants_model_files_are_bounded_and_stale_uploads_collected():
+    # An allowance of 24 MiB: the model's two files (~23.4 MB) and one more MB fit, not two.
+    with tempfile.TemporaryDirectory() as d:
+        s = Lancet(d, args=["--onnxruntime", ORT, "--tenant-model-storage-mb", "24",
+                            "--model-upload-grace-s", "2"])
+        try:
+            upload(s, read(ONNX))
+            upload(s, read(TOKENIZER))
+            status, answer = call(s, "/v1/model/m/create", manifest())
+            assert status == 200, answer
+            extra, more = os.urandom(1_000_000), os.urandom(1_000_000)
+            upload(s, extra)
+            status, answer = call(s, "/v1/model/file", data=more)
+            assert status == 413 and "allowance of 25165824 bytes" in answer["error"], answer
+            upload(s, extra)  # bytes already stored take nothing more
+            # Once the grace period has passed, an upload no model names is deleted at the
+            # tenant's next upload; the registered model's files stay.
+            time.sleep(2.5)
+            upload(s, more)
+            status, answer = call(s, "/v1/model/other/create", manifest(onnx=extra))
+            assert status == 400 and "no uploaded file has the sha256" in answer["error"], answer
+            assert len(s.post("/v1/model/m/embed", {"texts": ["still here"]})["vectors"]) == 1
         finally:
             s.stop()

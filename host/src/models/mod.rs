@@ -42,6 +42,11 @@ pub struct ModelsConfig {
     pub tenant_concurrency: usize,
     /// Tokens one tenant may embed per second, sustained (a burst of one second's worth).
     pub tenant_tokens_per_sec: u64,
+    /// Bytes of model files one tenant may keep stored (0: no limit).
+    pub tenant_storage_bytes: u64,
+    /// An uploaded file no registered model names is deleted once this old (at the tenant's
+    /// next upload), so uploads that were never registered do not hold storage for ever.
+    pub upload_grace: std::time::Duration,
 }
 
 /// A registered model as stored and described.
@@ -132,7 +137,9 @@ impl Models {
         self.unavailable.as_deref()
     }
 
-    /// Stores a file's bytes under their sha256 (once: the same bytes again are a no-op).
+    /// Stores a file's bytes under their sha256 (once: the same bytes again are a no-op),
+    /// within the tenant's storage allowance: uploads no model names and older than the grace
+    /// period are deleted first, then a file that would take the tenant over is a 413.
     pub async fn put_file(&self, tenant: &str, bytes: bytes::Bytes) -> ApiResult<(String, usize)> {
         if bytes.is_empty() {
             return Err(ApiError::invalid("a model file cannot be empty"));
@@ -144,8 +151,53 @@ impl Models {
                 .await
                 .map_err(|e| ApiError::internal(format!("hashing the file: {e}")))?
         };
-        self.root.create(&file_key(tenant, &sha), bytes).await?;
+        let key = file_key(tenant, &sha);
+        if self.root.head(&key).await?.is_some() {
+            return Ok((sha, size));
+        }
+        let kept = self.collect_stale_uploads(tenant).await?;
+        let limit = self.config.tenant_storage_bytes;
+        if limit > 0 && kept + size as u64 > limit {
+            return Err(ApiError::invalid(format!(
+                "tenant '{tenant}' keeps {kept} bytes of model files; this one ({size} bytes) \
+                 would pass its allowance of {limit} bytes: drop a model first"
+            ))
+            .with_status(axum::http::StatusCode::PAYLOAD_TOO_LARGE));
+        }
+        self.root.create(&key, bytes).await?;
         Ok((sha, size))
+    }
+
+    /// Deletes the tenant's uploaded files that no registered model names and that are older
+    /// than the grace period; answers the bytes of files it keeps. A file younger than the
+    /// grace period is kept: its model may be being registered now.
+    async fn collect_stale_uploads(&self, tenant: &str) -> ApiResult<u64> {
+        let files = self
+            .root
+            .list_meta(&format!("{}/files", tenant_folder(tenant)))
+            .await?;
+        if files.is_empty() {
+            return Ok(0);
+        }
+        let named: std::collections::HashSet<String> = self
+            .list(tenant)
+            .await?
+            .into_iter()
+            .flat_map(|m| m.manifest.files.into_values())
+            .collect();
+        let now = chrono::Utc::now();
+        let mut kept = 0;
+        for f in files {
+            let sha = f.key.rsplit('/').next().unwrap_or_default();
+            let age = (now - f.modified).to_std().unwrap_or_default();
+            if !named.contains(sha) && age >= self.config.upload_grace {
+                tracing::info!(tenant, sha, bytes = f.size, "unregistered model file deleted");
+                self.root.delete(&f.key).await?;
+            } else {
+                kept += f.size;
+            }
+        }
+        Ok(kept)
     }
 
     /// Registers `manifest` once its files are stored and the model loads and runs: a model

@@ -62,6 +62,16 @@ pub struct RootStore {
 /// Suffix of the lock files a local `replace` takes; never listed as objects.
 const LOCK_SUFFIX: &str = ".lock";
 
+/// An object as a listing shows it.
+#[derive(Debug, Clone)]
+pub struct Listed {
+    /// Its key, relative to the root.
+    pub key: String,
+    pub size: u64,
+    /// When it was last written.
+    pub modified: chrono::DateTime<chrono::Utc>,
+}
+
 fn store_error(what: &str, key: &str, e: impl std::fmt::Display) -> ApiError {
     ApiError::internal(format!("cannot {what} {key} under the data root: {e}"))
 }
@@ -264,6 +274,16 @@ impl RootStore {
 
     /// Every object under `prefix`, as keys relative to the root, sorted.
     pub async fn list(&self, prefix: &str) -> ApiResult<Vec<String>> {
+        Ok(self
+            .list_meta(prefix)
+            .await?
+            .into_iter()
+            .map(|o| o.key)
+            .collect())
+    }
+
+    /// Every object under `prefix` with its size and time, sorted by key.
+    pub async fn list_meta(&self, prefix: &str) -> ApiResult<Vec<Listed>> {
         let dir = self.path(prefix);
         let listed: Vec<_> = match self.store.inner.list(Some(&dir)).try_collect().await {
             Ok(l) => l,
@@ -271,18 +291,23 @@ impl RootStore {
             Err(e) => return Err(store_error("list", prefix, e)),
         };
         let base = self.base.as_ref();
-        let mut keys: Vec<String> = listed
+        let mut objects: Vec<Listed> = listed
             .into_iter()
-            .map(|m| m.location.as_ref().to_string())
-            .filter(|k| !k.ends_with(LOCK_SUFFIX))
-            .map(|k| {
-                k.strip_prefix(base)
-                    .map(|r| r.trim_start_matches('/').to_string())
-                    .unwrap_or(k)
+            .filter(|m| !m.location.as_ref().ends_with(LOCK_SUFFIX))
+            .map(|m| {
+                let k = m.location.as_ref();
+                Listed {
+                    key: k
+                        .strip_prefix(base)
+                        .map(|r| r.trim_start_matches('/').to_string())
+                        .unwrap_or_else(|| k.to_string()),
+                    size: m.size,
+                    modified: m.last_modified,
+                }
             })
             .collect();
-        keys.sort();
-        Ok(keys)
+        objects.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(objects)
     }
 
     /// The names of the folders directly under `prefix` (one listing request, however many
