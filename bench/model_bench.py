@@ -5,6 +5,9 @@ same run; and a text query's p50 against a vector query's p50 plus one native em
 
     ROWS=100000 LANCET_BIN=... LANCET_PLUGINS_DIR=... ~/.cache/lancet-venv/bin/python bench/model_bench.py
 
+`PATHS=column` runs only the model column (always run: the queries need it) beside native ONNX
+Runtime; add `guest` and `python` (comma-separated) for those paths (the default: all three).
+
 Prints a Markdown table. Runs the server with --model-threads 1 (the default) and native ONNX
 Runtime with one intra-op thread: the same CPU each."""
 import base64
@@ -29,6 +32,8 @@ from test_jobs import virtual_column  # noqa: E402
 from test_models import MAX_TOKENS, ONNX, ORT, TOKENIZER, manifest, read, upload  # noqa: E402
 
 ROWS = int(os.environ.get("ROWS", "100000"))
+# Lancet paths beside the model column (each takes ~ROWS/100 s on one core here): guest, python.
+PATHS = os.environ.get("PATHS", "column,guest,python").split(",")
 BATCH = 64
 WORDS = ("lance table vector search column model query index server client data row batch "
          "cat dog market bond rate river mountain city music paper code test fast slow green "
@@ -116,16 +121,18 @@ def main():
                 "input_columns": ["text"], "udf_backend": "model", "udf_name": "minilm", "outputs": []}}]})
             took = backfill(s, "b$t", "vec")
             out.append(("Lancet model column (backfill job)", ROWS / took, ROWS / took / native_rps))
-            col = virtual_column("doc_embed", "doc_embed", ["text"], config={"model": "minilm", "dimension": "384"})
-            s.post("/v1/table/b$t/add_columns", {"new_columns": [{"name": "guest", "virtual_column": col}]})
-            took = backfill(s, "b$t", "guest")
-            out.append(("Rust guest calling embed (doc_embed)", ROWS / took, ROWS / took / native_rps))
-            s.post("/v1/table/b$t/add_columns", {"new_columns": [{"name": "py", "virtual_column": {
-                "input_columns": ["text"], "udf_name": "emb", "image": "python:3.11-slim",
-                "udf": base64.b64encode(PY_UDF.encode()).decode(),
-                "outputs": [{"column": "py", "struct_field": "py", "data_type": {"type": "double"}}]}}]})
-            took = backfill(s, "b$t", "py")
-            out.append(("Python UDF calling lancet.embed (one text per call)", ROWS / took, ROWS / took / native_rps))
+            if "guest" in PATHS:
+                col = virtual_column("doc_embed", "doc_embed", ["text"], config={"model": "minilm", "dimension": "384"})
+                s.post("/v1/table/b$t/add_columns", {"new_columns": [{"name": "guest", "virtual_column": col}]})
+                took = backfill(s, "b$t", "guest")
+                out.append(("Rust guest calling embed (doc_embed)", ROWS / took, ROWS / took / native_rps))
+            if "python" in PATHS:
+                s.post("/v1/table/b$t/add_columns", {"new_columns": [{"name": "py", "virtual_column": {
+                    "input_columns": ["text"], "udf_name": "emb", "image": "python:3.11-slim",
+                    "udf": base64.b64encode(PY_UDF.encode()).decode(),
+                    "outputs": [{"column": "py", "struct_field": "py", "data_type": {"type": "double"}}]}}]})
+                took = backfill(s, "b$t", "py")
+                out.append(("Python UDF calling lancet.embed (one text per call)", ROWS / took, ROWS / took / native_rps))
             vector = [0.05] * 384
             vq = query_p50(s, "b$t", {"vector": vector, "vector_column": "vec", "k": 10, "columns": ["id"]})
             tq = query_p50(s, "b$t", {"query_text": rows[0], "vector_column": "vec", "k": 10, "columns": ["id"]})

@@ -22,6 +22,11 @@ const ROW_FN: &str = "def f(x):\n    return x * 2 + 1\n";
 const PASSES: usize = 9;
 const BATCH_FN: &str =
     "import pyarrow.compute as pc\ndef f(x):\n    return pc.add(pc.multiply(x, 2), 1)\n";
+/// A batch function doing string work per value (format, upper-case, measure): costlier per
+/// row than the arithmetic one, as most real batch UDFs are.
+const STRING_FN: &str = "import pyarrow as pa\nimport pyarrow.compute as pc\ndef f(x):\n    \
+    s = pc.utf8_upper(pc.binary_join_element_wise(pc.cast(x, pa.string()), 'row-', '-'))\n    \
+    return pc.cast(pc.add(pc.utf8_length(s), pc.count_substring(s, '1')), pa.int64())\n";
 
 fn main() {
     let rows: usize = std::env::args()
@@ -93,6 +98,7 @@ fn main() {
     for (name, src, mode) in [
         ("row", ROW_FN, Mode::Row),
         ("batch", BATCH_FN, Mode::Batch),
+        ("string batch", STRING_FN, Mode::Batch),
         ("identity", "def f(x):\n    return x\n", Mode::Batch),
     ] {
         let mut w = Worker::start(&sandbox, &spec(src, mode)).unwrap();

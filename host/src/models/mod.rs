@@ -191,7 +191,12 @@ impl Models {
             let sha = f.key.rsplit('/').next().unwrap_or_default();
             let age = (now - f.modified).to_std().unwrap_or_default();
             if !named.contains(sha) && age >= self.config.upload_grace {
-                tracing::info!(tenant, sha, bytes = f.size, "unregistered model file deleted");
+                tracing::info!(
+                    tenant,
+                    sha,
+                    bytes = f.size,
+                    "unregistered model file deleted"
+                );
                 self.root.delete(&f.key).await?;
             } else {
                 kept += f.size;
