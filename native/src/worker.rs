@@ -302,7 +302,12 @@ impl Worker {
         };
         let (kind, ipc) = match bare {
             Some(ipc) => (Kind::Message, ipc),
-            None => (Kind::Batch, stream(batch).map_err(io)?),
+            None => {
+                // The worker takes a stream's schema as soon as it reads it, even if the call
+                // then fails: until one succeeds, the next batch goes as a stream again.
+                self.sent_schema = None;
+                (Kind::Batch, stream(batch).map_err(io)?)
+            }
         };
         let deadline = frame::deadline(self.call_timeout);
         let answer = frame::send(self.input.as_fd(), kind, &ipc, deadline)

@@ -305,6 +305,49 @@ fn a_raising_function_names_its_row_and_the_worker_lives_on() {
 }
 
 #[test]
+fn batches_of_a_new_schema_are_read_with_it_even_after_a_failed_call() {
+    // After a schema's first batch, its batches travel without it; a call with another schema
+    // that fails must not leave the two sides disagreeing about which schema is current.
+    let spec = source(
+        "import pyarrow as pa\nimport pyarrow.compute as pc\ndef f(x):\n    \
+         if pa.types.is_floating(x.type):\n        raise ValueError('no floats')\n    \
+         return pc.add(x, 1)\n",
+        "f",
+        Mode::Batch,
+        DataType::Int64,
+    );
+    let sb = sandbox(Limits::default());
+    let mut w = Worker::start(&sb, &spec).unwrap();
+    let values = |out: lancet_native::CallOutput| {
+        let v = out.values.as_any().downcast_ref::<Int64Array>().unwrap();
+        v.iter().collect::<Vec<_>>()
+    };
+    // A null in each keeps one schema (a batch without nulls has a non-nullable field).
+    assert_eq!(
+        values(w.call(&ints(&[Some(1), None])).unwrap()),
+        vec![Some(2), None]
+    );
+    assert_eq!(
+        values(w.call(&ints(&[Some(5), None])).unwrap()),
+        vec![Some(6), None]
+    );
+    let floats: ArrayRef = Arc::new(Float64Array::from(vec![Some(1.5), None]));
+    let other = RecordBatch::try_from_iter([("x", floats)]).unwrap();
+    match w.call(&other) {
+        Err(NativeError::Guest { message, .. }) => assert!(message.contains("no floats")),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        values(w.call(&ints(&[Some(7), None])).unwrap()),
+        vec![Some(8), None]
+    );
+    assert_eq!(
+        values(w.call(&ints(&[Some(9), None])).unwrap()),
+        vec![Some(10), None]
+    );
+}
+
+#[test]
 fn no_network_no_host_files_no_writes_outside_tmp() {
     let sb = sandbox(Limits::default());
     let secret = std::env::temp_dir().join(format!("lancet-secret-{}", std::process::id()));
