@@ -1,12 +1,13 @@
 //! Speed of the native tier against the same CPython outside the sandbox, in one run: a
-//! worker's cold start (sandbox + interpreter + pyarrow import + load), then a row-at-a-time and
-//! a pyarrow batch function over the same rows, in the same batches, both ways (the fastest of
-//! several passes), and the fixed cost of one call (a function returning its input). Prints
-//! numbers; asserts nothing.
+//! worker's cold start (sandbox + interpreter + pyarrow import + load), then a row-at-a-time
+//! function and two pyarrow batch functions (arithmetic, string work) over the same rows, in
+//! the same batches, both ways (the fastest of several passes), and the fixed cost of one call
+//! (a function returning its input). Prints numbers; asserts nothing.
 //!
 //! `cargo run --release -p lancet-native --example native_bench [rows] [batch]` (default
-//! 1,000,000 rows in batches of 8,192; a backfill's calls grow to 16,384 rows by default). Needs bwrap, /usr/bin/python3 and a Python with pip
-//! (`$LANCET_VENV/bin/python`, else `python3`) to build the pyarrow environment.
+//! 1,000,000 rows in batches of 8,192; a backfill's calls grow to 16,384 rows by default).
+//! Needs bwrap, /usr/bin/python3 and a Python with pip (`$LANCET_VENV/bin/python`, else
+//! `python3`) to build the pyarrow environment.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
