@@ -137,7 +137,7 @@ impl Models {
         self.unavailable.as_deref()
     }
 
-    /// Stores a file's bytes under their sha256 (once: the same bytes again are a no-op),
+    /// Stores a file's bytes under their sha256 (the same bytes again take no more room),
     /// within the tenant's storage allowance: uploads no model names and older than the grace
     /// period are deleted first, then a file that would take the tenant over is a 413.
     pub async fn put_file(&self, tenant: &str, bytes: bytes::Bytes) -> ApiResult<(String, usize)> {
@@ -153,6 +153,9 @@ impl Models {
         };
         let key = file_key(tenant, &sha);
         if self.root.head(&key).await?.is_some() {
+            // Written again (the same bytes) so its time is now: an upload about to be
+            // registered is not collected as stale.
+            self.root.put(&key, bytes).await?;
             return Ok((sha, size));
         }
         let kept = self.collect_stale_uploads(tenant).await?;
