@@ -23,7 +23,7 @@ from lance_namespace_urllib3_client.api import TableApi
 from lance_namespace_urllib3_client.exceptions import ApiException
 from lance_namespace_urllib3_client.models import (
     AddColumnsEntry, AddVirtualColumnEntry, AddVirtualColumnOutputEntry,
-    AlterTableAddColumnsRequest, AlterTableBackfillColumnsRequest,
+    AlterTableAddColumnsRequest, AlterTableBackfillColumnsRequest, AlterTableDropColumnsRequest,
 )
 
 from lancedb import col, udf
@@ -172,6 +172,14 @@ def test_a_struct_result_split_into_sibling_columns(server):
     column.virtual_column.outputs[1].struct_field = ""
     with pytest.raises(ApiException, match="output 'upper' needs its struct_field"):
         add(server, "test$split2", column)
+    # One sibling alone cannot be dropped (the other could no longer be computed); both can.
+    with pytest.raises(ApiException, match="together with 'upper': drop them together") as e:
+        generated(server).alter_table_drop_columns(
+            "test$split2", AlterTableDropColumnsRequest(columns=["length"]))
+    assert e.value.status == 400
+    generated(server).alter_table_drop_columns(
+        "test$split2", AlterTableDropColumnsRequest(columns=["length", "upper"]))
+    assert rows(server, "split2", ["id", "name"])[1] == {"id": 1, "name": "grace"}
 
 
 def test_a_struct_output_and_row_errors_nulled_on_request(server):

@@ -283,6 +283,10 @@ pub async fn drop(
     for c in &body.columns {
         crate::field_path::resolve(ds.schema(), c)?;
     }
+    crate::virtual_columns::check_group_drop(
+        &arrow_schema::Schema::from(ds.schema()),
+        &body.columns,
+    )?;
     let version = app
         .store
         .drop_columns(&location, branch.as_deref(), body.columns)

@@ -119,7 +119,12 @@ fn result_type(
     let mut children = Vec::new();
     for member in &def.group {
         let f = table.field_with_name(member).map_err(|_| {
-            ApiError::internal(format!("virtual column group member '{member}' is missing"))
+            ApiError::invalid(format!(
+                "column '{}' is computed together with '{member}', which is gone: drop '{}' \
+                 and add the UDF's columns again",
+                field.name(),
+                field.name()
+            ))
         })?;
         let d: Definition = f
             .metadata()
@@ -133,6 +138,37 @@ fn result_type(
         ));
     }
     Ok(arrow_schema::DataType::Struct(children.into()))
+}
+
+/// Refuses a drop that would take some but not all columns of a multi-output group (one UDF
+/// call fills them all; a sibling left alone could no longer be computed): 400 naming the rest.
+pub fn check_group_drop(schema: &arrow_schema::Schema, dropped: &[String]) -> Result<(), ApiError> {
+    for name in dropped {
+        let Some(def) = schema
+            .field_with_name(name)
+            .ok()
+            .and_then(|f| f.metadata().get(DEFINITION_KEY))
+            .and_then(|t| serde_json::from_str::<Definition>(t).ok())
+        else {
+            continue;
+        };
+        let kept: Vec<&str> = def
+            .group
+            .iter()
+            .filter(|m| !dropped.contains(m) && schema.field_with_name(m).is_ok())
+            .map(String::as_str)
+            .collect();
+        if !kept.is_empty() {
+            return Err(ApiError::invalid(format!(
+                "column '{name}' is computed by one UDF together with {}: drop them together",
+                kept.iter()
+                    .map(|k| format!("'{k}'"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The virtual column definitions in a schema, for `describe`.
