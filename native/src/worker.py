@@ -22,7 +22,6 @@ def _channel():
 
 
 IN, OUT = _channel()
-OUT_FD = OUT.fileno()
 
 
 def read_exact(n):

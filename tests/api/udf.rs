@@ -89,6 +89,40 @@ async fn multi_output_virtual_column() {
         d["virtual_columns"]["domain"]["group"],
         json!(["user", "domain"])
     );
+    // Several outputs each name their field, once; dropping one sibling alone is refused.
+    for (outputs, says) in [
+        (
+            json!([{"column": "u", "struct_field": "user", "data_type": {"type": "utf8"}},
+                   {"column": "d", "struct_field": "", "data_type": {"type": "utf8"}}]),
+            "output 'd' needs its struct_field",
+        ),
+        (
+            json!([{"column": "u", "struct_field": "user", "data_type": {"type": "utf8"}},
+                   {"column": "u", "struct_field": "domain", "data_type": {"type": "utf8"}}]),
+            "name column 'u' or struct_field 'domain' twice",
+        ),
+    ] {
+        vc["outputs"] = outputs;
+        let (st, b) = s
+            .post(
+                "/v1/table/e/add_columns",
+                json!({"new_columns": [{"name": "u", "virtual_column": vc}]}),
+            )
+            .await;
+        assert_error(st, &b, 400, 13);
+        assert!(b["detail"].as_str().unwrap().contains(says), "{b}");
+    }
+    let (st, b) = s
+        .post("/v1/table/e/drop_columns", json!({"columns": ["user"]}))
+        .await;
+    assert_error(st, &b, 400, 13);
+    assert!(b["detail"].as_str().unwrap().contains("'domain'"), "{b}");
+    s.ok(
+        "/v1/table/e/drop_columns",
+        json!({"columns": ["user", "domain"]}),
+    )
+    .await;
+    assert_eq!(s.version("e").await, 3);
 }
 
 #[tokio::test]

@@ -127,17 +127,7 @@ impl VirtualColumns {
                 fields.push(self.embedding_field(tenant, ds.schema(), &name, &v).await?);
                 continue;
             }
-            let mut declared_outputs = Vec::new();
-            for o in &v.outputs {
-                let declared = crate::json_types::parse_data_type(&o.data_type)?;
-                declared_outputs.push((
-                    o.column.clone(),
-                    o.struct_field.clone(),
-                    declared,
-                    o.nullable,
-                    o.metadata.clone().unwrap_or_default(),
-                ));
-            }
+            let mut declared_outputs = declared_outputs(&v.outputs)?;
             // One output is the UDF's value itself: upstream's clients fill its required
             // `struct_field` with the column's name, so a lone output asks for a struct only
             // of a UDF that returns one with that field (a Wasm module's declared type says;
@@ -440,9 +430,45 @@ pub(super) fn user_metadata(
     Ok(md)
 }
 
+/// One output column as declared: name, the `struct_field` of the result it takes, type,
+/// nullable, field metadata.
+pub(super) type Output = (String, String, DataType, bool, HashMap<String, String>);
+
+/// The declared `outputs`, types parsed. Several outputs split one struct result: each must
+/// name its `struct_field`, and no column or field may come twice (400 naming it).
+pub(super) fn declared_outputs(outputs: &[super::OutputSpec]) -> ApiResult<Vec<Output>> {
+    let mut out: Vec<Output> = Vec::new();
+    for o in outputs {
+        if outputs.len() > 1 && o.struct_field.is_empty() {
+            return Err(ApiError::invalid(format!(
+                "output '{}' needs its struct_field: with several outputs, each takes one \
+                 field of the UDF's struct result",
+                o.column
+            )));
+        }
+        if out
+            .iter()
+            .any(|(c, f, ..)| *c == o.column || (!f.is_empty() && *f == o.struct_field))
+        {
+            return Err(ApiError::invalid(format!(
+                "outputs name column '{}' or struct_field '{}' twice",
+                o.column, o.struct_field
+            )));
+        }
+        out.push((
+            o.column.clone(),
+            o.struct_field.clone(),
+            crate::json_types::parse_data_type(&o.data_type)?,
+            o.nullable,
+            o.metadata.clone().unwrap_or_default(),
+        ));
+    }
+    Ok(out)
+}
+
 /// The type a UDF must return to fill these outputs (`struct_field`, type, nullable): the
 /// one output's type, or a struct of the named children. `None` when there are none.
-fn outputs_type<'a>(
+pub(super) fn outputs_type<'a>(
     outputs: impl Iterator<Item = (&'a str, &'a DataType, bool)>,
 ) -> Option<DataType> {
     let outputs: Vec<_> = outputs.collect();

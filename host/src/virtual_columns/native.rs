@@ -14,6 +14,7 @@ use lancet_udf::{OnError, sha256_hex};
 use serde::{Deserialize, Serialize};
 
 use super::backfill::Computed;
+use super::define::{Output, declared_outputs, outputs_type};
 use super::{DEFINITION_KEY, Definition, NewVirtual, VirtualColumns};
 use crate::error::{ApiError, ApiResult};
 use crate::native::{NativeTier, native_error};
@@ -25,10 +26,6 @@ pub fn is_native_backend(backend: Option<&str>) -> bool {
     backend.is_some_and(|b| b.trim().eq_ignore_ascii_case(BACKEND))
         || super::geneva::is_geneva_backend(backend)
 }
-
-/// One output column: name, the `struct_field` of the result it takes (empty: all of it),
-/// type, nullable, field metadata.
-type Output = (String, String, DataType, bool, HashMap<String, String>);
 
 /// What is stored with a native column (inside its [`Definition`]).
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -293,65 +290,33 @@ impl VirtualColumns {
         // (column, struct_field, type, nullable, metadata) per output column. Several outputs
         // are one struct result split into sibling columns (Geneva's `Columns[T]`); a lone
         // output is the result itself, whatever `struct_field` upstream's clients fill in.
-        let outputs: Vec<Output> = match (existing, v.outputs.as_slice()) {
-            (Some(f), _) => vec![(
+        let outputs: Vec<Output> = match existing {
+            Some(f) => vec![(
                 f.name().clone(),
                 String::new(),
                 f.data_type().clone(),
                 f.is_nullable(),
                 HashMap::new(),
             )],
-            (None, []) => {
-                return Err(ApiError::invalid(
-                    "a native Python column declares its output: 'outputs' with a column \
-                         and its data_type",
-                ));
-            }
-            (None, [o]) => vec![(
-                o.column.clone(),
-                String::new(),
-                crate::json_types::parse_data_type(&o.data_type)?,
-                o.nullable,
-                o.metadata.clone().unwrap_or_default(),
-            )],
-            (None, many) => {
-                let mut out: Vec<Output> = Vec::new();
-                for o in many {
-                    if o.struct_field.is_empty() {
-                        return Err(ApiError::invalid(format!(
-                            "output '{}' needs its struct_field: with several outputs, \
-                                 each takes one field of the UDF's struct result",
-                            o.column
-                        )));
-                    }
-                    if out
-                        .iter()
-                        .any(|(c, f, ..)| *c == o.column || *f == o.struct_field)
-                    {
-                        return Err(ApiError::invalid(format!(
-                            "outputs name column '{}' or struct_field '{}' twice",
-                            o.column, o.struct_field
-                        )));
-                    }
-                    out.push((
-                        o.column.clone(),
-                        o.struct_field.clone(),
-                        crate::json_types::parse_data_type(&o.data_type)?,
-                        o.nullable,
-                        o.metadata.clone().unwrap_or_default(),
-                    ));
+            None => {
+                let mut outputs = declared_outputs(&v.outputs)?;
+                if let [(_, struct_field, ..)] = outputs.as_mut_slice() {
+                    struct_field.clear();
                 }
-                out
+                outputs
             }
         };
-        let declared = match outputs.as_slice() {
-            [(_, _, t, ..)] => t.clone(),
-            many => DataType::Struct(
-                many.iter()
-                    .map(|(_, sf, t, nullable, _)| Field::new(sf, t.clone(), *nullable))
-                    .collect(),
-            ),
-        };
+        let declared = outputs_type(
+            outputs
+                .iter()
+                .map(|(_, sf, t, nullable, _)| (sf.as_str(), t, *nullable)),
+        )
+        .ok_or_else(|| {
+            ApiError::invalid(
+                "a native Python column declares its output: 'outputs' with a column and its \
+                 data_type",
+            )
+        })?;
         let arrow = arrow_schema::Schema::from(schema);
         let mut inputs = Vec::new();
         for c in &v.input_columns {
