@@ -17,7 +17,7 @@ const BASE: &[&str] = &["pyarrow", "cloudpickle"];
 
 /// The running tier.
 pub struct NativeTier {
-    pool: Pool,
+    pool: Arc<Pool>,
     envs: Environments,
     sites: Vec<PathBuf>,
     tenants: HashSet<String>,
@@ -69,7 +69,12 @@ impl NativeTier {
         )?;
         let workers = config.native_workers.max(1);
         Ok(NativeTier {
-            pool: Pool::new(sandbox, config.native_tenant_workers, workers, workers * 64),
+            pool: Arc::new(Pool::new(
+                sandbox,
+                config.native_tenant_workers,
+                workers,
+                workers * 64,
+            )),
             envs,
             sites: config.native_site.clone(),
             tenants: tenants
@@ -115,7 +120,7 @@ impl NativeTier {
     }
 
     /// The worker pool.
-    pub fn pool(&self) -> &Pool {
+    pub fn pool(&self) -> &Arc<Pool> {
         &self.pool
     }
 }

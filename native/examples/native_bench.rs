@@ -2,7 +2,9 @@
 //! worker's cold start (sandbox + interpreter + pyarrow import + load), then a row-at-a-time
 //! function and two pyarrow batch functions (arithmetic, string work) over the same rows, in
 //! the same batches, both ways (the fastest of several passes), and the fixed cost of one call
-//! (a function returning its input). Prints numbers; asserts nothing.
+//! (a function returning its input). The sandboxed side runs twice: one call at a time, and
+//! pipelined (the next batch written while the worker computes, as a backfill drives it).
+//! Prints numbers; asserts nothing.
 //!
 //! `cargo run --release -p lancet-native --example native_bench [rows] [batch]` (default
 //! 1,000,000 rows in batches of 8,192; a backfill's calls grow to 16,384 rows by default).
@@ -16,11 +18,16 @@ use std::time::Instant;
 
 use arrow_array::{ArrayRef, Int64Array, RecordBatch};
 use arrow_schema::DataType;
-use lancet_native::{Code, Environments, FunctionSpec, Interpreter, Limits, Mode, Sandbox, Worker};
+use lancet_native::{
+    CallOutput, Code, Environments, FunctionSpec, Interpreter, Limits, Mode, Pending, Pipeline,
+    Sandbox, Worker,
+};
 
 const ROW_FN: &str = "def f(x):\n    return x * 2 + 1\n";
 /// Timed passes over the rows, each way; the fastest is reported (this machine's noise only adds).
 const PASSES: usize = 9;
+/// Batches in flight in the pipelined passes (as a backfill keeps them).
+const WINDOW: usize = Pipeline::DEPTH;
 const BATCH_FN: &str =
     "import pyarrow.compute as pc\ndef f(x):\n    return pc.add(pc.multiply(x, 2), 1)\n";
 /// A batch function doing string work per value (format, upper-case, measure): costlier per
@@ -96,46 +103,108 @@ fn main() {
             RecordBatch::try_from_iter([("x", a)]).unwrap()
         })
         .collect();
+    // Before and after, in one run: the worker's pipes alone (as before shared memory), and
+    // with the shared memory file (the default).
+    let pipes_only = Arc::new(
+        Sandbox::new(
+            Path::new("/usr/bin/bwrap"),
+            Interpreter::probe(&python).unwrap(),
+            Limits {
+                shared_slot_bytes: 0,
+                ..Limits::default()
+            },
+        )
+        .unwrap(),
+    );
     for (name, src, mode) in [
         ("row", ROW_FN, Mode::Row),
         ("batch", BATCH_FN, Mode::Batch),
         ("string batch", STRING_FN, Mode::Batch),
         ("identity", "def f(x):\n    return x\n", Mode::Batch),
     ] {
-        let mut w = Worker::start(&sandbox, &spec(src, mode)).unwrap();
-        w.call(&batches[0]).unwrap(); // warm
-        let mut sum = 0i64;
-        let mut passes: Vec<f64> = (0..PASSES)
-            .map(|_| {
-                let t = Instant::now();
-                for b in &batches {
-                    let out = w.call(b).unwrap().values;
-                    sum += out.as_any().downcast_ref::<Int64Array>().unwrap().value(0);
-                }
-                t.elapsed().as_secs_f64()
-            })
-            .collect();
-        passes.sort_by(f64::total_cmp);
-        let sandboxed = passes[0];
+        let f = spec(src, mode);
+        let [p1, pp] = measure(&pipes_only, &f, &batches, false);
+        let [s1, sp] = measure(&sandbox, &f, &batches, true);
+        let per_call = |t: f64| t * 1e6 / batches.len() as f64;
         if name == "identity" {
             println!(
-                "per-call cost (identity function, {batch}-row int64 batches): {:.0} us ({:.1} ns/row)  (check {sum})",
-                sandboxed * 1e6 / batches.len() as f64,
-                sandboxed * 1e9 / rows as f64,
+                "per-call cost (identity function, {batch}-row int64 batches), us: pipes one at a time {:.0}, pipes pipelined {:.0}, shared memory one at a time {:.0}, shared memory pipelined {:.0}",
+                per_call(p1),
+                per_call(pp),
+                per_call(s1),
+                per_call(sp),
             );
             continue;
         }
         let outside = outside(&python, &env, src, mode == Mode::Row, rows, batch);
+        let ns = |t: f64| t * 1e9 / rows as f64;
         println!(
-            "{name} function, {rows} rows in {batch}-row batches: sandboxed {:.3} s ({:.0} ns/row), CPython outside {:.3} s ({:.0} ns/row): {:.2}x the time, {:.2}x the throughput  (check {sum})",
-            sandboxed,
-            sandboxed * 1e9 / rows as f64,
-            outside,
-            outside * 1e9 / rows as f64,
-            sandboxed / outside,
-            outside / sandboxed,
+            "{name} function, {rows} rows in {batch}-row batches: CPython outside {:.0} ns/row; sandboxed ns/row (throughput vs outside): pipes one at a time {:.0} ({:.2}x), pipes pipelined {:.0} ({:.2}x), shared memory one at a time {:.0} ({:.2}x), shared memory pipelined {:.0} ({:.2}x)",
+            ns(outside),
+            ns(p1),
+            outside / p1,
+            ns(pp),
+            outside / pp,
+            ns(s1),
+            outside / s1,
+            ns(sp),
+            outside / sp,
         );
     }
+}
+
+/// The fastest of [`PASSES`] passes over `batches` in a worker of `sandbox`: one call at a
+/// time (the host waits for each answer before it sends the next batch), then pipelined as a
+/// backfill drives a native column (the next batch written while the worker computes the
+/// last, at most [`WINDOW`] in flight). Results are checked against the first pass.
+fn measure(sandbox: &Sandbox, spec: &FunctionSpec, batches: &[RecordBatch], shm: bool) -> [f64; 2] {
+    let mut w = Worker::start(sandbox, spec).unwrap();
+    assert_eq!(w.shared_memory(), shm, "shared memory as asked");
+    let first = |out: CallOutput| {
+        out.values
+            .as_any()
+            .downcast_ref::<Int64Array>()
+            .unwrap()
+            .value(0)
+    };
+    let want: Vec<i64> = batches.iter().map(|b| first(w.call(b).unwrap())).collect();
+    let fastest = |passes: &mut Vec<f64>| {
+        passes.sort_by(f64::total_cmp);
+        passes[0]
+    };
+    let mut one_at_a_time: Vec<f64> = (0..PASSES)
+        .map(|_| {
+            let t = Instant::now();
+            for (b, want) in batches.iter().zip(&want) {
+                assert_eq!(first(w.call(b).unwrap()), *want);
+            }
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    let (back, returned) = std::sync::mpsc::channel();
+    let pipeline = Pipeline::start(w, move |w| back.send(w).unwrap()).unwrap();
+    let mut pipelined: Vec<f64> = (0..PASSES)
+        .map(|_| {
+            let t = Instant::now();
+            let mut pending = std::collections::VecDeque::new();
+            let mut got = Vec::with_capacity(batches.len());
+            for b in batches {
+                if pending.len() == WINDOW {
+                    got.push(first(
+                        pending.pop_front().map(Pending::wait).unwrap().unwrap(),
+                    ));
+                }
+                pending.push_back(pipeline.submit(b.clone()));
+            }
+            got.extend(pending.into_iter().map(|p| first(p.wait().unwrap())));
+            let took = t.elapsed().as_secs_f64();
+            assert_eq!(got, want);
+            took
+        })
+        .collect();
+    drop(pipeline);
+    assert!(returned.recv().unwrap().is_some(), "the worker survives");
+    [fastest(&mut one_at_a_time), fastest(&mut pipelined)]
 }
 
 /// Seconds the same CPython takes for the same work in-process (no sandbox, no IPC): per batch,

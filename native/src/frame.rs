@@ -16,6 +16,9 @@ pub(crate) enum Kind {
     /// Host to worker: a batch of the schema the last `Batch` carried (one encapsulated IPC
     /// record batch message, no schema: the worker does not parse it again per batch).
     Message,
+    /// Host to worker: a `Message` written into the shared memory file (slot and length,
+    /// two little-endian u32; see `shm.rs`).
+    SharedMessage,
     /// Worker to host: loaded (JSON: the interpreter's version).
     Ready,
     /// Worker to host: a result (Arrow IPC stream, one column; its schema metadata counts
@@ -24,6 +27,8 @@ pub(crate) enum Kind {
     /// Worker to host: a result without nulled rows, as one IPC record batch message of the
     /// output schema the host set up.
     Values,
+    /// Worker to host: a `Values` result in the shared memory file (slot and length).
+    SharedValues,
     /// Worker to host: the function raised (JSON: message, row).
     Error,
 }
@@ -34,9 +39,11 @@ impl Kind {
             Kind::Setup => b'S',
             Kind::Batch => b'B',
             Kind::Message => b'b',
+            Kind::SharedMessage => b'm',
             Kind::Ready => b'R',
             Kind::Output => b'O',
             Kind::Values => b'o',
+            Kind::SharedValues => b'v',
             Kind::Error => b'E',
         }
     }
@@ -46,9 +53,11 @@ impl Kind {
             b'S' => Kind::Setup,
             b'B' => Kind::Batch,
             b'b' => Kind::Message,
+            b'm' => Kind::SharedMessage,
             b'R' => Kind::Ready,
             b'O' => Kind::Output,
             b'o' => Kind::Values,
+            b'v' => Kind::SharedValues,
             b'E' => Kind::Error,
             _ => {
                 return Err(io::Error::new(
@@ -184,26 +193,34 @@ fn read_into(
     Ok(())
 }
 
+/// Sends one frame whose payload is `parts`, in order (a message's header and its body need
+/// not be copied together first).
 pub(crate) fn send(
     fd: BorrowedFd<'_>,
     kind: Kind,
-    payload: &[u8],
+    parts: &[&[u8]],
     deadline: Instant,
 ) -> io::Result<()> {
-    let len = u32::try_from(payload.len())
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    let len = u32::try_from(total)
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame too large"))?;
     let mut head = [0u8; 5];
     head[0] = kind.byte();
     head[1..].copy_from_slice(&len.to_le_bytes());
-    write_all(fd, &[&head, payload], deadline)
+    let mut all = Vec::with_capacity(parts.len() + 1);
+    all.push(&head[..]);
+    all.extend_from_slice(parts);
+    write_all(fd, &all, deadline)
 }
 
 /// The next frame, refused (`InvalidData`) if it declares more than `max` bytes: the peer is
-/// an untrusted worker.
+/// an untrusted worker. The payload of a [`Kind::Values`] frame comes after `values_prefix`
+/// (the output schema, so the whole decodes as one stream without another copy).
 pub(crate) fn receive(
     fd: BorrowedFd<'_>,
     max: usize,
     deadline: Instant,
+    values_prefix: &[u8],
 ) -> io::Result<(Kind, Vec<u8>)> {
     let mut head = Vec::with_capacity(5);
     read_into(fd, &mut head, 5, deadline)?;
@@ -216,6 +233,10 @@ pub(crate) fn receive(
         ));
     }
     let mut payload = Vec::new();
+    if kind == Kind::Values {
+        payload.reserve(values_prefix.len() + len.min(1 << 20));
+        payload.extend_from_slice(values_prefix);
+    }
     read_into(fd, &mut payload, len, deadline)?;
     Ok((kind, payload))
 }

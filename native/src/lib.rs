@@ -10,6 +10,8 @@
 //! - [`Worker`]: one sandboxed interpreter holding one function; batches go in and results come
 //!   out as Arrow IPC over pipes, every read and write under a deadline (the worker is killed
 //!   when it passes one).
+//! - [`Pipeline`]: one worker fed batch after batch, the next written while it computes the
+//!   last (a backfill's calls), so it never waits for the host between batches.
 //! - [`Pool`]: warm workers kept per (tenant, function), never shared between tenants.
 //! - [`Environments`]: a function's requirements installed with pip into a directory named by
 //!   the hash of the request, shared read-only between workers.
@@ -21,14 +23,17 @@ mod env;
 mod error;
 mod frame;
 mod interpreter;
+mod pipeline;
 mod pool;
 mod sandbox;
 mod seccomp;
+mod shm;
 mod worker;
 
 pub use env::Environments;
 pub use error::NativeError;
 pub use interpreter::Interpreter;
+pub use pipeline::{Opened, Pending, Pipeline};
 pub use pool::{Pool, WorkerKey};
 pub use sandbox::{Limits, Sandbox};
 pub use worker::{CallOutput, Code, FunctionSpec, Mode, Worker};

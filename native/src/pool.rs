@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use arrow_array::RecordBatch;
 
-use crate::{CallOutput, FunctionSpec, NativeError, Sandbox, Worker};
+use crate::{CallOutput, FunctionSpec, NativeError, Pipeline, Sandbox, Worker};
 
 /// Whose worker: a tenant and a function (the digest of everything that defines it, so a
 /// redefined function never reuses a worker that loaded the old one).
@@ -24,8 +24,7 @@ pub struct Pool {
     idle: Mutex<HashMap<WorkerKey, Vec<Worker>>>,
     /// Batches running per tenant, at most `per_tenant`: one tenant's flood of calls waits
     /// for its own workers instead of starting sandboxes without bound.
-    running: Mutex<HashMap<String, usize>>,
-    freed: Condvar,
+    running: Arc<Running>,
     per_tenant: usize,
     /// Idle workers kept per key and in all.
     per_key: usize,
@@ -44,8 +43,7 @@ impl Pool {
         Pool {
             sandbox,
             idle: Mutex::default(),
-            running: Mutex::default(),
-            freed: Condvar::new(),
+            running: Arc::default(),
             per_tenant: per_tenant.max(1),
             per_key,
             total,
@@ -93,15 +91,46 @@ impl Pool {
         self.lock().values().map(Vec::len).sum()
     }
 
+    /// A pipeline of `key`'s function ([`Pipeline`]). At its first batch it takes one of the
+    /// tenant's slots (as one running batch) and a warm worker, or starts one loading the
+    /// spec `spec` makes (it may install the function's environment); when it is dropped and
+    /// its batches are answered, the worker comes back here. Never blocks.
+    pub fn pipeline(
+        self: &Arc<Self>,
+        key: &WorkerKey,
+        spec: impl FnOnce() -> Result<FunctionSpec, NativeError> + Send + 'static,
+    ) -> Result<Pipeline, NativeError> {
+        let (pool, key) = (self.clone(), key.clone());
+        Pipeline::lazy(move || {
+            let slot = pool.slot(&key.tenant);
+            let worker = match pool.take(&key) {
+                Some(w) => w,
+                None => Worker::start(&pool.sandbox, &spec()?)?,
+            };
+            let back = pool.clone();
+            let done = move |worker: Option<Worker>| {
+                if let Some(w) = worker {
+                    back.put(&key, w);
+                }
+                drop(slot);
+            };
+            Ok((worker, Box::new(done) as Box<_>))
+        })
+    }
+
     /// Waits for one of the tenant's `per_tenant` slots; held until the guard drops.
-    fn slot(&self, tenant: &str) -> Slot<'_> {
-        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
-        while running.get(tenant).copied().unwrap_or(0) >= self.per_tenant {
-            running = self.freed.wait(running).unwrap_or_else(|p| p.into_inner());
+    fn slot(&self, tenant: &str) -> Slot {
+        let mut counts = self.running.lock();
+        while counts.get(tenant).copied().unwrap_or(0) >= self.per_tenant {
+            counts = self
+                .running
+                .freed
+                .wait(counts)
+                .unwrap_or_else(|p| p.into_inner());
         }
-        *running.entry(tenant.to_string()).or_default() += 1;
+        *counts.entry(tenant.to_string()).or_default() += 1;
         Slot {
-            pool: self,
+            running: self.running.clone(),
             tenant: tenant.to_string(),
         }
     }
@@ -127,21 +156,34 @@ impl Pool {
     }
 }
 
-/// A tenant's running batch; frees its slot when dropped.
-struct Slot<'a> {
-    pool: &'a Pool,
+/// Batches running per tenant, and the signal that one ended.
+#[derive(Default)]
+struct Running {
+    counts: Mutex<HashMap<String, usize>>,
+    freed: Condvar,
+}
+
+impl Running {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
+        self.counts.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A tenant's running batch (or pipeline); frees its slot when dropped.
+struct Slot {
+    running: Arc<Running>,
     tenant: String,
 }
 
-impl Drop for Slot<'_> {
+impl Drop for Slot {
     fn drop(&mut self) {
-        let mut running = self.pool.running.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = running.get_mut(&self.tenant) {
+        let mut counts = self.running.lock();
+        if let Some(n) = counts.get_mut(&self.tenant) {
             *n -= 1;
             if *n == 0 {
-                running.remove(&self.tenant);
+                counts.remove(&self.tenant);
             }
         }
-        self.pool.freed.notify_all();
+        self.running.freed.notify_all();
     }
 }

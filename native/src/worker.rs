@@ -12,6 +12,7 @@ use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use base64::Engine as _;
 
 use crate::frame::{self, Kind};
+use crate::shm::{self, Shared};
 use crate::{NativeError, Sandbox};
 
 /// The function's code, as the client sent it.
@@ -92,10 +93,23 @@ pub struct CallOutput {
     /// The first of those rows (at most [`MAX_FAILURES`]): offset in the batch, and the
     /// exception (`ValueError: ...`).
     pub failures: Vec<(usize, String)>,
+    /// How long the call took: from sending the batch (in a [`crate::Pipeline`], from when
+    /// the worker could start it) to its answer.
+    pub elapsed: Duration,
 }
 
 /// Most row errors one call reports (the rest are only counted in [`CallOutput::nulled`]).
 pub const MAX_FAILURES: usize = 100;
+
+/// What a pipeline's writer needs of its worker.
+pub(crate) struct Input {
+    /// The pipe the worker reads frames from.
+    pub(crate) pipe: std::os::fd::OwnedFd,
+    /// Its shared memory file, if it has one.
+    pub(crate) shared: Option<Arc<Shared>>,
+    /// The call timeout.
+    pub(crate) timeout: Duration,
+}
 
 /// The last bytes a worker wrote to its standard error (for error messages).
 #[derive(Default)]
@@ -117,6 +131,9 @@ pub struct Worker {
     child: Child,
     input: ChildStdin,
     output: ChildStdout,
+    /// The memory file batches and results travel through when they fit (see `shm.rs`);
+    /// `None` if it could not be made or the worker could not map it: the pipe carries all.
+    shared: Option<Arc<Shared>>,
     stderr: Arc<Mutex<Tail>>,
     schema: SchemaRef,
     /// `schema` as the head of an IPC stream (no end marker): a [`Kind::Values`] answer is
@@ -158,7 +175,11 @@ impl Worker {
             .collect();
         let mut args = vec!["-S", "-E", "-s", "-B", "/lancet/worker.py"];
         args.extend(dirs.iter().map(String::as_str));
-        let (mut cmd, seccomp) = sandbox.command(&spec.environment, &args)?;
+        let shared = (limits.shared_slot_bytes > 0)
+            .then(|| Shared::new(limits.shared_slot_bytes).ok().map(Arc::new))
+            .flatten();
+        let keep: Vec<_> = shared.iter().map(|s| s.raw_fd()).collect();
+        let (mut cmd, seccomp) = sandbox.command(&spec.environment, &args, &keep)?;
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -201,6 +222,7 @@ impl Worker {
             child,
             input,
             output,
+            shared,
             stderr,
             schema,
             schema_head,
@@ -230,15 +252,16 @@ impl Worker {
                 .collect::<std::collections::BTreeMap<_, _>>(),
             "load_only": spec.load_only,
             "pass_nulls": spec.pass_nulls,
+            "shm": worker.shared.as_ref().map(|s| serde_json::json!({"fd": s.raw_fd(), "slot": s.slot(), "ways": shm::WAYS})),
         });
         let deadline = frame::deadline(limits.start_timeout);
         let answer = frame::send(
             worker.input.as_fd(),
             Kind::Setup,
-            setup.to_string().as_bytes(),
+            &[setup.to_string().as_bytes()],
             deadline,
         )
-        .and_then(|()| frame::receive(worker.output.as_fd(), MAX_CONTROL, deadline));
+        .and_then(|()| frame::receive(worker.output.as_fd(), MAX_CONTROL, deadline, &[]));
         match answer {
             Ok((Kind::Ready, body)) => {
                 #[derive(serde::Deserialize)]
@@ -248,12 +271,18 @@ impl Worker {
                     params: Vec<String>,
                     #[serde(default)]
                     required: usize,
+                    /// Whether it mapped the shared memory file.
+                    #[serde(default)]
+                    shm: bool,
                 }
                 let ready: Ready = serde_json::from_slice(&body)
                     .map_err(|e| NativeError::Load(format!("worker's ready message: {e}")))?;
                 worker.python = ready.python;
                 worker.params = ready.params;
                 worker.required = ready.required;
+                if !ready.shm {
+                    worker.shared = None;
+                }
                 Ok(worker)
             }
             Ok((Kind::Error, body)) => Err(NativeError::Load(guest_message(&body).1)),
@@ -280,6 +309,12 @@ impl Worker {
         &self.python
     }
 
+    /// Whether batches and results that fit a slot travel through memory shared with the
+    /// worker rather than its pipes (when the memory file could be made and mapped).
+    pub fn shared_memory(&self) -> bool {
+        self.shared.is_some()
+    }
+
     /// Batches computed so far.
     pub fn calls(&self) -> u64 {
         self.calls
@@ -293,34 +328,85 @@ impl Worker {
     /// Computes `batch` (the function's input columns): one value per row, of the output
     /// type. After an error other than [`NativeError::worker_survives`] the worker is dead.
     pub fn call(&mut self, batch: &RecordBatch) -> Result<CallOutput, NativeError> {
-        let io = |e| NativeError::Io(std::io::Error::other(e));
-        // Per batch, Python would spend more parsing a schema and writing one back than it
-        // spends on a cheap function: after the first batch of a schema, bare messages.
-        let bare = match &self.sent_schema {
-            Some(s) if *s == batch.schema() => message(batch).map_err(io)?,
-            _ => None,
-        };
-        let (kind, ipc) = match bare {
-            Some(ipc) => (Kind::Message, ipc),
-            None => {
-                // The worker takes a stream's schema as soon as it reads it, even if the call
-                // then fails: until one succeeds, the next batch goes as a stream again.
-                self.sent_schema = None;
-                (Kind::Batch, stream(batch).map_err(io)?)
-            }
-        };
+        let started = Instant::now();
+        let (kind, parts) = encode(&mut self.sent_schema, batch)?;
         let deadline = frame::deadline(self.call_timeout);
-        let answer = frame::send(self.input.as_fd(), kind, &ipc, deadline)
-            .and_then(|()| frame::receive(self.output.as_fd(), self.max_output, deadline));
+        // One call at a time: slot 0 is free (its last batch was answered).
+        let shared = self.shared.as_deref();
+        let received = shm::send(
+            self.input.as_fd(),
+            shared,
+            0,
+            kind,
+            &parts.slices(),
+            deadline,
+        )
+        .and_then(|()| self.receive(deadline));
+        let result = self.answer(received, batch.num_rows(), started);
+        if result.is_ok() {
+            self.sent_schema = Some(batch.schema());
+        }
+        result
+    }
+
+    /// Reads the answer to a batch of `rows` rows sent earlier, waiting at most the call
+    /// timeout from now (the pipeline's reader: the worker starts the batch about now).
+    pub(crate) fn receive_answer(&mut self, rows: usize) -> Result<CallOutput, NativeError> {
+        let started = Instant::now();
+        let received = self.receive(frame::deadline(self.call_timeout));
+        self.answer(received, rows, started)
+    }
+
+    /// The next answer; a result in the shared file is read out of it (behind the output
+    /// schema, as a `Values` frame's).
+    fn receive(&self, deadline: Instant) -> std::io::Result<(Kind, Vec<u8>)> {
+        let (kind, body) = frame::receive(
+            self.output.as_fd(),
+            self.max_output,
+            deadline,
+            &self.schema_head,
+        )?;
+        if kind != Kind::SharedValues {
+            return Ok((kind, body));
+        }
+        let shared = self.shared.as_ref().ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "a shared-memory result from a worker without shared memory",
+            )
+        })?;
+        let mut whole = self.schema_head.clone();
+        shared.take(&body, &mut whole, self.max_output)?;
+        Ok((Kind::Values, whole))
+    }
+
+    /// The pipe the worker reads batches from, for a pipeline's writer, and the longest a
+    /// batch may wait to be written (the worker reads it only once it has computed those
+    /// before it).
+    pub(crate) fn input(&self) -> std::io::Result<Input> {
+        Ok(Input {
+            pipe: self.input.as_fd().try_clone_to_owned()?,
+            shared: self.shared.clone(),
+            timeout: self.call_timeout,
+        })
+    }
+
+    /// The input schema the worker holds; see [`Worker::call`].
+    pub(crate) fn sent_schema_mut(&mut self) -> &mut Option<SchemaRef> {
+        &mut self.sent_schema
+    }
+
+    /// What a received frame means for a call of `rows` rows started at `started`.
+    fn answer(
+        &mut self,
+        received: std::io::Result<(Kind, Vec<u8>)>,
+        rows: usize,
+        started: Instant,
+    ) -> Result<CallOutput, NativeError> {
         self.calls += 1;
-        let result = match answer {
-            Ok((Kind::Output, body)) => self.decode(&body, batch.num_rows()),
-            Ok((Kind::Values, body)) => {
-                let mut whole = Vec::with_capacity(self.schema_head.len() + body.len());
-                whole.extend_from_slice(&self.schema_head);
-                whole.extend_from_slice(&body);
-                self.decode(&whole, batch.num_rows())
-            }
+        let mut out = match received {
+            // A Values frame arrives behind the output schema: a whole stream.
+            Ok((Kind::Output | Kind::Values, body)) => self.decode(&body, rows),
             Ok((Kind::Error, body)) => {
                 let (row, message) = guest_message(&body);
                 Err(NativeError::Guest { row, message })
@@ -332,11 +418,9 @@ impl Worker {
                 )))
             }
             Err(e) => Err(self.failure(e, self.call_timeout)),
-        };
-        if result.is_ok() {
-            self.sent_schema = Some(batch.schema());
-        }
-        result
+        }?;
+        out.elapsed = started.elapsed();
+        Ok(out)
     }
 
     /// The result, checked: one column of the output type, one value per input row.
@@ -380,6 +464,7 @@ impl Worker {
             values: out.column(0).clone(),
             nulled,
             failures,
+            elapsed: Duration::ZERO,
         })
     }
 
@@ -437,6 +522,39 @@ impl Drop for Worker {
     }
 }
 
+/// A frame's payload in pieces, written with one `writev`.
+pub(crate) struct Parts(Vec<Vec<u8>>);
+
+impl Parts {
+    pub(crate) fn slices(&self) -> Vec<&[u8]> {
+        self.0.iter().map(Vec::as_slice).collect()
+    }
+}
+
+/// The frame carrying `batch` to a worker holding input schema `sent` (updated): after the
+/// first batch of a schema, bare messages (per batch, Python would spend more parsing a
+/// schema and writing one back than it spends on a cheap function).
+pub(crate) fn encode(
+    sent: &mut Option<SchemaRef>,
+    batch: &RecordBatch,
+) -> Result<(Kind, Parts), NativeError> {
+    let io = |e| NativeError::Io(std::io::Error::other(e));
+    let bare = match sent {
+        Some(s) if *s == batch.schema() => message(batch).map_err(io)?,
+        _ => None,
+    };
+    Ok(match bare {
+        Some(parts) => (Kind::Message, Parts(parts)),
+        None => {
+            // The worker takes a stream's schema as soon as it reads it, even if the call then
+            // fails (and drops the one it held if it cannot read it): until a call succeeds,
+            // the next batch goes as a stream again.
+            *sent = None;
+            (Kind::Batch, Parts(vec![stream(batch).map_err(io)?]))
+        }
+    })
+}
+
 /// `batch` as an IPC stream (its schema, then the batch).
 fn stream(batch: &RecordBatch) -> Result<Vec<u8>, arrow_schema::ArrowError> {
     let mut ipc = Vec::new();
@@ -447,10 +565,13 @@ fn stream(batch: &RecordBatch) -> Result<Vec<u8>, arrow_schema::ArrowError> {
     Ok(ipc)
 }
 
-/// `batch` as one encapsulated IPC record batch message; `None` when it needs dictionary
-/// messages too (those go as a stream).
-fn message(batch: &RecordBatch) -> Result<Option<Vec<u8>>, arrow_schema::ArrowError> {
-    use arrow_ipc::writer::{DictionaryTracker, IpcDataGenerator, IpcWriteOptions, write_message};
+/// `batch` as one encapsulated IPC record batch message, as its header and its body (the
+/// body, the size of the batch, is not copied behind the header); `None` when it needs
+/// dictionary messages too (those go as a stream).
+fn message(batch: &RecordBatch) -> Result<Option<Vec<Vec<u8>>>, arrow_schema::ArrowError> {
+    use arrow_ipc::writer::{
+        DictionaryTracker, EncodedData, IpcDataGenerator, IpcWriteOptions, write_message,
+    };
     let options = IpcWriteOptions::default();
     let (dictionaries, encoded) = IpcDataGenerator::default().encode(
         batch,
@@ -461,9 +582,24 @@ fn message(batch: &RecordBatch) -> Result<Option<Vec<u8>>, arrow_schema::ArrowEr
     if !dictionaries.is_empty() {
         return Ok(None);
     }
-    let mut out = Vec::with_capacity(encoded.ipc_message.len() + encoded.arrow_data.len() + 16);
-    write_message(&mut out, encoded, &options)?;
-    Ok(Some(out))
+    // The body is already padded (to 64 bytes by default; IPC asks for 8), so
+    // the message is exactly the header written alone followed by the body.
+    let EncodedData {
+        ipc_message,
+        arrow_data,
+    } = encoded;
+    if !arrow_data.len().is_multiple_of(8) {
+        return Err(arrow_schema::ArrowError::MemoryError(
+            "Arrow data not aligned".into(),
+        ));
+    }
+    let mut header = Vec::with_capacity(ipc_message.len() + 16);
+    let header_only = EncodedData {
+        ipc_message,
+        arrow_data: Vec::new(),
+    };
+    write_message(&mut header, header_only, &options)?;
+    Ok(Some(vec![header, arrow_data]))
 }
 
 fn schema_bytes(schema: &Schema) -> Result<Vec<u8>, NativeError> {

@@ -379,6 +379,35 @@ fn no_network_no_host_files_no_writes_outside_tmp() {
 }
 
 #[test]
+fn a_worker_shares_memory_with_the_host_only() {
+    // Two workers of one sandbox: each maps a memory file of its own, and holds no other
+    // (the other's is close-on-exec in the host, never inherited).
+    let sb = sandbox(Limits::default());
+    let src = "import os\ndef f(x):\n    files = set()\n    \
+               for d in os.listdir('/proc/self/fd'):\n        try:\n            \
+               if os.readlink('/proc/self/fd/' + d).startswith('/memfd:'):\n                \
+               files.add(os.fstat(int(d)).st_ino)\n        except OSError:\n            \
+               pass\n    return str(len(files))\n";
+    let spec = source(src, "f", Mode::Row, DataType::Utf8);
+    let mut first = Worker::start(&sb, &spec).unwrap();
+    let mut second = Worker::start(&sb, &spec).unwrap();
+    for w in [&mut first, &mut second] {
+        assert!(w.shared_memory());
+        let out = w.call(&ints(&[Some(1)])).unwrap().values;
+        assert_eq!(strings(&out), vec![Some("1".to_string())]);
+    }
+    // Without it (slot size 0) everything goes through the pipes, with the same values.
+    let pipes = sandbox(Limits {
+        shared_slot_bytes: 0,
+        ..Limits::default()
+    });
+    let mut w = Worker::start(&pipes, &spec).unwrap();
+    assert!(!w.shared_memory());
+    let out = w.call(&ints(&[Some(1)])).unwrap().values;
+    assert_eq!(strings(&out), vec![Some("0".to_string())]);
+}
+
+#[test]
 fn ptrace_and_namespaces_are_refused_by_seccomp() {
     let sb = sandbox(Limits::default());
     // PTRACE_TRACEME on itself: EPERM (1) from the filter.
@@ -513,6 +542,20 @@ fn a_worker_forging_protocol_frames_is_refused_and_replaced() {
             "struct.pack('<cI', b'O', 12) + b'\\xff' * 12",
             "not a readable Arrow IPC stream",
         ),
+        // Results in the shared memory file: a slot that is not a result slot, a length
+        // beyond a slot, garbage in a real result slot.
+        (
+            "struct.pack('<cI', b'v', 8) + struct.pack('<II', 0, 16)",
+            "shared slot 0 with 16 bytes",
+        ),
+        (
+            "struct.pack('<cI', b'v', 8) + struct.pack('<II', __main__.WAYS, 1 << 30)",
+            "with 1073741824 bytes",
+        ),
+        (
+            "(__main__.SHM.__setitem__(slice(__main__.WAYS * __main__.SLOT,              __main__.WAYS * __main__.SLOT + 12), b'\\xff' * 12),              struct.pack('<cI', b'v', 8) + struct.pack('<II', __main__.WAYS, 12))[1]",
+            "not a readable Arrow IPC stream",
+        ),
     ] {
         let src = format!(
             "import __main__, struct, time\ndef f(x):\n    __main__.OUT.write({payload})\n    time.sleep(30)\n"
@@ -539,4 +582,133 @@ fn a_worker_forging_protocol_frames_is_refused_and_replaced() {
         out.as_any().downcast_ref::<Int64Array>().unwrap().value(0),
         2
     );
+}
+
+/// `x * 2` of every value, or the error.
+fn doubled(answer: Result<lancet_native::CallOutput, NativeError>) -> Result<Vec<i64>, String> {
+    let out = answer.map_err(|e| e.to_string())?;
+    let v = out.values.as_any().downcast_ref::<Int64Array>().unwrap();
+    Ok(v.values().to_vec())
+}
+
+/// Waits (up to 10 s) until `pool` holds `n` idle workers.
+fn idle_becomes(pool: &Pool, n: usize) -> bool {
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while pool.idle() != n && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    pool.idle() == n
+}
+
+#[test]
+fn a_pipeline_computes_batches_in_order_and_a_raising_one_does_not_stop_the_rest() {
+    let pool = Arc::new(Pool::new(sandbox(Limits::default()), 1, 4, 8));
+    let key = WorkerKey {
+        tenant: "t".into(),
+        function: "double".into(),
+    };
+    let spec = source(
+        "import pyarrow.compute as pc\ndef f(x):\n    \
+         if pc.all(pc.equal(x, 13)).as_py():\n        raise ValueError('13 is unlucky')\n    \
+         return pc.multiply(x, 2)\n",
+        "f",
+        Mode::Batch,
+        DataType::Int64,
+    );
+    let pipeline = pool.pipeline(&key, move || Ok(spec)).unwrap();
+    // Small batches and ones larger than a pipe's buffer both ways (300,000 int64 values:
+    // 2.4 MB), several in flight at once.
+    let sizes = [3usize, 300_000, 5, 300_000, 1, 7];
+    let batches: Vec<RecordBatch> = sizes
+        .iter()
+        .enumerate()
+        .map(|(b, &n)| {
+            let a: ArrayRef = Arc::new(Int64Array::from_iter_values(
+                (0..n as i64).map(|i| if b == 2 { 13 } else { i + b as i64 }),
+            ));
+            RecordBatch::try_from_iter([("x", a)]).unwrap()
+        })
+        .collect();
+    let pending: Vec<_> = batches.iter().map(|b| pipeline.submit(b.clone())).collect();
+    for (b, (answer, &n)) in pending.into_iter().zip(&sizes).enumerate() {
+        let got = doubled(answer.wait());
+        if b == 2 {
+            let err = got.unwrap_err();
+            assert!(err.contains("ValueError: 13 is unlucky"), "{err}");
+            continue;
+        }
+        let want: Vec<i64> = (0..n as i64).map(|i| (i + b as i64) * 2).collect();
+        assert_eq!(got.unwrap(), want, "batch {b}");
+    }
+    // Dropped, it hands its worker back warm, and frees the tenant's one slot.
+    drop(pipeline);
+    assert!(idle_becomes(&pool, 1), "the worker went back to the pool");
+    let spec = source("def f(x):\n    return x\n", "f", Mode::Row, DataType::Int64);
+    let again = pool.call(&key, &spec, &ints(&[Some(4)])).unwrap();
+    assert_eq!(
+        doubled(Ok(again)).unwrap(),
+        vec![8],
+        "the warm worker, reused"
+    );
+}
+
+#[test]
+fn a_pipeline_reports_a_worker_that_dies_or_never_loads_and_starts_none_unasked() {
+    let pool = Arc::new(Pool::new(sandbox(Limits::default()), 1, 4, 8));
+    let key = |f: &str| WorkerKey {
+        tenant: "t".into(),
+        function: f.into(),
+    };
+    // Dies at the second batch: that one and every later one say so; nothing returns to the
+    // pool.
+    let spec = source(
+        "import os\ndef f(x):\n    if x == 13:\n        os._exit(3)\n    return x * 2\n",
+        "f",
+        Mode::Row,
+        DataType::Int64,
+    );
+    let pipeline = pool.pipeline(&key("dies"), move || Ok(spec)).unwrap();
+    let answers: Vec<_> = [1, 13, 2, 3]
+        .map(|x| pipeline.submit(ints(&[Some(x)])))
+        .into_iter()
+        .map(|p| doubled(p.wait()))
+        .collect();
+    assert_eq!(answers[0], Ok(vec![2]));
+    let died = answers[1].as_ref().unwrap_err();
+    assert!(died.contains("worker died"), "{died}");
+    for later in &answers[2..] {
+        let e = later.as_ref().unwrap_err();
+        assert!(e.contains("at an earlier batch"), "{e}");
+    }
+    drop(pipeline);
+    // A function that does not load: every batch answers why.
+    let broken = source("def f(x) return x\n", "f", Mode::Row, DataType::Int64);
+    let pipeline = pool.pipeline(&key("broken"), move || Ok(broken)).unwrap();
+    let answers: Vec<_> = (0..3).map(|x| pipeline.submit(ints(&[Some(x)]))).collect();
+    for a in answers {
+        let e = doubled(a.wait()).unwrap_err();
+        assert!(e.contains("SyntaxError"), "{e}");
+    }
+    drop(pipeline);
+    // Never given a batch: no spec made, no worker started (the slot is free for a call).
+    let asked = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = asked.clone();
+    let unused = pool
+        .pipeline(&key("unused"), move || {
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            Err(NativeError::Load("not wanted".into()))
+        })
+        .unwrap();
+    drop(unused);
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(!asked.load(std::sync::atomic::Ordering::SeqCst));
+    let spec = source(
+        "def f(x):\n    return x + 1\n",
+        "f",
+        Mode::Row,
+        DataType::Int64,
+    );
+    let out = pool.call(&key("after"), &spec, &ints(&[Some(1)])).unwrap();
+    assert_eq!(doubled(Ok(out)).unwrap(), vec![2]);
+    assert!(idle_becomes(&pool, 1));
 }

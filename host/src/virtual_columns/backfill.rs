@@ -227,6 +227,19 @@ impl ColumnUdf {
         }
     }
 
+    /// The native column's function, if this is one.
+    pub(super) fn native(&self) -> Option<&super::native::NativeUdf> {
+        match &self.engine {
+            Engine::Native(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// The column computed.
+    pub(super) fn field(&self) -> &Field {
+        &self.field
+    }
+
     pub fn input_columns(&self) -> &[String] {
         match &self.engine {
             Engine::Wasm(w) => &w.def.input_columns,

@@ -22,10 +22,12 @@ pub mod function;
 pub(crate) mod geneva;
 mod native;
 pub mod native_function;
+mod pipelined;
 mod python;
 mod strict;
 
 pub use backfill::{ColumnUdf, Computed};
+pub use pipelined::{PendingCall, Pipelined};
 
 /// Field-metadata key holding a virtual column's definition (JSON).
 pub const DEFINITION_KEY: &str = "lancet.udf.definition";

@@ -185,6 +185,39 @@ impl NativeUdf {
     }
 }
 
+impl NativeUdf {
+    /// The input columns out of a batch holding them, in the function's order.
+    pub(super) fn input(&self, batch: &RecordBatch) -> ApiResult<RecordBatch> {
+        super::backfill::udf_input(&self.inputs, batch)
+    }
+
+    /// The worker spec (resolved now if needed; blocking: pip may run).
+    pub(super) fn spec_owned(&self) -> ApiResult<FunctionSpec> {
+        self.spec().cloned()
+    }
+
+    /// A pipeline of this function's calls for `tenant` on one of its workers (see
+    /// [`lancet_native::Pipeline`]); `spec` gives the worker's spec at the first batch. Never
+    /// blocks.
+    pub(super) fn pipeline(
+        &self,
+        tenant: &str,
+        spec: impl FnOnce() -> ApiResult<FunctionSpec> + Send + 'static,
+    ) -> ApiResult<lancet_native::Pipeline> {
+        self.tier.allow(tenant)?;
+        let key = WorkerKey {
+            tenant: tenant.to_string(),
+            function: self.function.clone(),
+        };
+        self.tier
+            .pool()
+            .pipeline(&key, move || {
+                spec().map_err(|e| lancet_native::NativeError::Load(e.message))
+            })
+            .map_err(native_error)
+    }
+}
+
 impl VirtualColumns {
     fn native(&self) -> ApiResult<&Arc<NativeTier>> {
         self.native.as_ref().ok_or_else(|| {

@@ -2,6 +2,7 @@
 //! and written into the table, checkpointed and resumable (`run`), shared task by task with
 //! other nodes (`helper`), with the rows its UDF failed on recorded (`row_errors`).
 
+mod calls;
 mod changed;
 mod helper;
 mod prepare;

@@ -12,15 +12,15 @@
 //! commit that landed just before a crash is not made twice.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use arrow_array::{ArrayRef, UInt32Array};
+use arrow_array::ArrayRef;
 use arrow_schema::Field;
-use arrow_select::interleave::interleave;
 use futures::{StreamExt, TryStreamExt};
 use serde_json::json;
 
+use super::calls::start;
 use super::helper::{self, Task, open_tasks};
 use super::row_errors::{RowErrorFiles, RowErrors};
 use super::spec::BackfillSpec;
@@ -34,9 +34,6 @@ use crate::jobs::{Job, Stop};
 use crate::store::{BackfillSource, StagedFile};
 use crate::virtual_columns::ColumnUdf;
 
-/// UDF calls aim to last about this long: long enough to amortise per-call costs, short enough
-/// for cancellation and checkpoints to stay prompt.
-const TARGET_CALL: Duration = Duration::from_millis(500);
 /// Results held in memory before a forced flush, in multiples of `max_checkpoint_size`...
 const MAX_BUFFERED_BATCHES: usize = 2;
 /// ...once they also fill this many bytes: every checkpoint costs a write and two fsyncs
@@ -45,7 +42,7 @@ const MAX_BUFFERED_BATCHES: usize = 2;
 /// `MAX_BUFFERED_BATCHES * max_checkpoint_size` rows when those are larger.
 const MIN_CHECKPOINT_BYTES: usize = 4 << 20;
 
-fn failed(phase: &str, message: impl Into<String>) -> Stop {
+pub(super) fn failed(phase: &str, message: impl Into<String>) -> Stop {
     Stop::Failed(Failure {
         phase: phase.to_string(),
         message: message.into(),
@@ -124,18 +121,18 @@ fn result_of(r: &JobRecord) -> serde_json::Value {
 pub(super) struct Ctx {
     pub(super) app: Arc<App>,
     pub(super) job: Arc<Job>,
-    source: BackfillSource,
-    udf: Arc<ColumnUdf>,
+    pub(super) source: BackfillSource,
+    pub(super) udf: Arc<ColumnUdf>,
     field: Field,
-    spec: BackfillSpec,
-    tenant: String,
+    pub(super) spec: BackfillSpec,
+    pub(super) tenant: String,
     location: String,
     /// Set when any task fails, so the others stop.
     abort: std::sync::atomic::AtomicBool,
 }
 
 impl Ctx {
-    fn check(&self) -> Result<(), Stop> {
+    pub(super) fn check(&self) -> Result<(), Stop> {
         if self.job.cancelled() {
             return Err(Stop::Cancelled);
         }
@@ -397,7 +394,7 @@ fn set_status(r: &mut JobRecord, id: u64, status: FragmentStatus) {
 pub(super) async fn run_task(ctx: &Arc<Ctx>, task: Task) -> Result<(), Stop> {
     ctx.check()?;
     let spec = &ctx.spec;
-    let mut batches = ctx
+    let batches = ctx
         .source
         .read(
             task.fragment,
@@ -405,8 +402,20 @@ pub(super) async fn run_task(ctx: &Arc<Ctx>, task: Task) -> Result<(), Stop> {
             spec.max_checkpoint_size as u32,
         )
         .await?;
+    // A native column's calls go to one worker for the whole task, the next read batches'
+    // written while it computes (as many read batches in flight as the pipeline takes);
+    // other engines compute one read batch at a time.
+    let pipeline = ctx.udf.pipeline(&ctx.tenant)?;
+    let depth = if pipeline.is_some() {
+        lancet_native::Pipeline::DEPTH
+    } else {
+        1
+    };
+    let size = AtomicUsize::new(spec.checkpoint_size);
+    let mut computed = batches
+        .map(|sb| start(ctx, task.fragment, sb?, pipeline.as_ref(), &size))
+        .try_buffered(depth);
     let flush_every = Duration::from_secs_f64(spec.batch_checkpoint_flush_interval_seconds);
-    let mut size = spec.checkpoint_size;
     let mut buffer: Vec<ArrayRef> = Vec::new();
     let mut buffered_bytes = 0;
     let mut pending = Checkpoint {
@@ -423,64 +432,28 @@ pub(super) async fn run_task(ctx: &Arc<Ctx>, task: Task) -> Result<(), Stop> {
         ..Default::default()
     };
     let mut last_flush = Instant::now();
-    while let Some(sb) = batches.try_next().await? {
+    while let Some(done) = computed.try_next().await? {
         ctx.check()?;
-        let old = ctx.source.target_values(&sb.batch)?;
-        let picked: Vec<u32> = (0..sb.selected.len() as u32)
-            .filter(|i| sb.selected[*i as usize])
-            .collect();
-        let (values, nulled) = if picked.is_empty() {
-            (vec![old], 0)
-        } else if picked.len() == sb.batch.num_rows() {
-            // Every row selected (a first backfill): no gather before or merge after the calls.
-            compute(ctx, &sb.batch, &picked, sb.start, &mut errors, &mut size).await?
-        } else {
-            let input = arrow_select::take::take_record_batch(
-                &sb.batch,
-                &UInt32Array::from(picked.clone()),
-            )
-            .map_err(ApiError::from)?;
-            let (parts, nulled) =
-                compute(ctx, &input, &picked, sb.start, &mut errors, &mut size).await?;
-            // Unselected rows keep their current value: the file replaces the whole column.
-            // Source 0 is the current column, sources 1.. the calls' results in order.
-            let (mut part, mut pos) = (0, 0);
-            let indices: Vec<(usize, usize)> = sb
-                .selected
-                .iter()
-                .enumerate()
-                .map(|(i, s)| {
-                    if !*s {
-                        return (0, i);
-                    }
-                    while pos == parts[part].len() {
-                        (part, pos) = (part + 1, 0);
-                    }
-                    pos += 1;
-                    (part + 1, pos - 1)
-                })
-                .collect();
-            let mut sources: Vec<&dyn arrow_array::Array> = vec![old.as_ref()];
-            sources.extend(parts.iter().map(|a| a.as_ref()));
-            let merged = interleave(&sources, &indices).map_err(ApiError::from)?;
-            (vec![merged], nulled)
-        };
+        for (rows, kind, message) in &done.failures {
+            errors.add(rows.iter().copied(), kind, message);
+        }
         ctx.job
             .progress()
             .rows_done
-            .fetch_add(picked.len() as u64, Ordering::Relaxed);
+            .fetch_add(done.selected, Ordering::Relaxed);
         ctx.job
             .progress()
             .rows_nulled
-            .fetch_add(nulled, Ordering::Relaxed);
-        pending.end = sb.start + sb.batch.num_rows() as u64;
-        pending.selected += picked.len() as u64;
-        pending.nulled += nulled;
-        buffered_bytes += values
+            .fetch_add(done.nulled, Ordering::Relaxed);
+        pending.end = done.end;
+        pending.selected += done.selected;
+        pending.nulled += done.nulled;
+        buffered_bytes += done
+            .values
             .iter()
             .map(|v| v.get_array_memory_size())
             .sum::<usize>();
-        buffer.extend(values);
+        buffer.extend(done.values);
         let buffered = (pending.end - pending.start) as usize;
         if last_flush.elapsed() >= flush_every
             || (buffered >= MAX_BUFFERED_BATCHES * spec.max_checkpoint_size
@@ -502,86 +475,6 @@ pub(super) async fn run_task(ctx: &Arc<Ctx>, task: Task) -> Result<(), Stop> {
         ));
     }
     Ok(())
-}
-
-/// Run the UDF over `input` (the selected rows of one read batch) in calls of the adaptive
-/// `size`, `intra_applier_concurrency` at a time. `picked` maps input rows to batch rows, for
-/// naming the rows of a failed call (and of the rows nulled, added to `errors`). Returns the
-/// calls' results in order (not concatenated).
-async fn compute(
-    ctx: &Arc<Ctx>,
-    input: &arrow_array::RecordBatch,
-    picked: &[u32],
-    batch_start: u64,
-    errors: &mut RowErrors,
-    size: &mut usize,
-) -> Result<(Vec<ArrayRef>, u64), Stop> {
-    let fragment = errors.fragment;
-    let spec = &ctx.spec;
-    let mut results = Vec::new();
-    let mut nulled = 0;
-    let mut offset = 0;
-    while offset < input.num_rows() {
-        ctx.check()?;
-        // One round: up to intra_applier_concurrency calls of `size` rows, in parallel.
-        let mut round = Vec::new();
-        for _ in 0..spec.intra_applier_concurrency {
-            if offset >= input.num_rows() {
-                break;
-            }
-            let len = (*size).min(input.num_rows() - offset);
-            round.push((offset, len));
-            offset += len;
-        }
-        let calls = round.iter().map(|&(off, len)| {
-            let chunk = input.slice(off, len);
-            let udf = ctx.udf.clone();
-            let tenant = ctx.tenant.clone();
-            tokio::task::spawn_blocking(move || {
-                let started = Instant::now();
-                udf.compute(&tenant, &chunk).map(|c| (c, started.elapsed()))
-            })
-        });
-        let outcomes = futures::future::join_all(calls).await;
-        let mut slowest = Duration::ZERO;
-        for ((off, len), outcome) in round.into_iter().zip(outcomes) {
-            let rows = || {
-                let first = batch_start + picked[off] as u64;
-                let last = batch_start + picked[off + len - 1] as u64;
-                format!("fragment {fragment} rows {first}..{}", last + 1)
-            };
-            let (computed, took) = outcome
-                .map_err(|e| failed("compute", format!("{}: the UDF call crashed: {e}", rows())))?
-                .map_err(|e| failed("compute", format!("{}: {}", rows(), e.message)))?;
-            slowest = slowest.max(took);
-            nulled += computed.nulled;
-            for f in &computed.failures {
-                let rows = (off + f.offset..off + f.offset + f.rows)
-                    .map(|i| batch_start + picked[i] as u64);
-                errors.add(rows, f.error_type, &f.message);
-            }
-            results.push(computed.values);
-        }
-        *size = adapt(
-            *size,
-            slowest,
-            spec.min_checkpoint_size,
-            spec.max_checkpoint_size,
-        );
-    }
-    Ok((results, nulled))
-}
-
-/// Next call size: double while calls are much quicker than the target, halve when much slower.
-fn adapt(size: usize, took: Duration, min: usize, max: usize) -> usize {
-    if took < TARGET_CALL / 4 {
-        size.saturating_mul(2).min(max)
-    } else if took > TARGET_CALL * 4 {
-        (size / 2).max(min)
-    } else {
-        size
-    }
-    .clamp(min, max)
 }
 
 /// Make the buffered results durable as one checkpoint, then start the next one.
@@ -758,18 +651,5 @@ async fn commit(ctx: &Arc<Ctx>, group: &[u64]) -> Result<(), Stop> {
             Ok(())
         }
         Err(e) => Err(failed("commit", e.message)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn call_size_adapts_within_bounds() {
-        assert_eq!(adapt(100, Duration::from_millis(1), 10, 150), 150);
-        assert_eq!(adapt(100, Duration::from_secs(5), 80, 150), 80);
-        assert_eq!(adapt(100, TARGET_CALL, 10, 1000), 100);
-        assert_eq!(adapt(usize::MAX, Duration::ZERO, 1, usize::MAX), usize::MAX);
     }
 }
