@@ -28,12 +28,13 @@ mod pool;
 mod sandbox;
 mod seccomp;
 mod shm;
+mod slots;
 mod worker;
 
 pub use env::Environments;
 pub use error::NativeError;
 pub use interpreter::Interpreter;
-pub use pipeline::{Opened, Pending, Pipeline};
+pub use pipeline::{Pending, Pipeline};
 pub use pool::{Pool, WorkerKey};
 pub use sandbox::{Limits, Sandbox};
 pub use worker::{CallOutput, Code, FunctionSpec, Mode, Worker};

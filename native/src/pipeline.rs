@@ -10,12 +10,14 @@
 
 use std::os::fd::AsFd;
 use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use arrow_array::RecordBatch;
 use arrow_schema::SchemaRef;
 
 use crate::frame::{self, Kind};
 use crate::shm;
+use crate::slots::Slot;
 use crate::worker::{Input, encode};
 use crate::{CallOutput, NativeError, Worker};
 
@@ -45,9 +47,19 @@ struct Sent {
     reply: mpsc::SyncSender<Answer>,
 }
 
-/// What a pipeline's first batch gets it: a worker, and where the worker goes when the
-/// pipeline ends (`None`: it died on the way).
-pub type Opened = (Worker, Box<dyn FnOnce(Option<Worker>) + Send>);
+/// What a pipeline's first batch gets it.
+pub(crate) struct Opened {
+    pub(crate) worker: Worker,
+    /// Where the worker goes when the pipeline ends (`None`: it died on the way).
+    pub(crate) done: Box<dyn FnOnce(Option<Worker>) + Send>,
+    /// The tenant's slot it runs in, if it comes from a pool: given up to waiters between
+    /// batches now and then, freed when every batch is answered.
+    pub(crate) slot: Option<Slot>,
+}
+
+/// A pipeline holding its slot this long gives it up to a waiting batch of its tenant (after
+/// the batches in the worker's hands are answered), then queues for it again.
+const YIELD_AFTER: Duration = Duration::from_secs(1);
 
 impl Pipeline {
     /// The most batches in the worker's hands at once (written ahead of the answers read);
@@ -61,13 +73,19 @@ impl Pipeline {
         worker: Worker,
         done: impl FnOnce(Option<Worker>) + Send + 'static,
     ) -> Result<Pipeline, NativeError> {
-        Pipeline::lazy(move || Ok((worker, Box::new(done) as Box<_>)))
+        Pipeline::lazy(move || {
+            Ok(Opened {
+                worker,
+                done: Box::new(done),
+                slot: None,
+            })
+        })
     }
 
     /// A pipeline that gets its worker from `open` when the first batch is submitted, on its
     /// own thread: creating it never blocks, and one that is never given a batch starts no
     /// worker. Should `open` fail, every batch is answered with its error.
-    pub fn lazy(
+    pub(crate) fn lazy(
         open: impl FnOnce() -> Result<Opened, NativeError> + Send + 'static,
     ) -> Result<Pipeline, NativeError> {
         let (jobs, jobs_rx) = mpsc::channel::<Job>();
@@ -94,7 +112,12 @@ fn feed(open: impl FnOnce() -> Result<Opened, NativeError>, jobs: mpsc::Receiver
     let Ok(first) = jobs.recv() else {
         return; // dropped before any batch
     };
-    let opened = open().and_then(|(mut worker, done)| {
+    let opened = open().and_then(|opened| {
+        let Opened {
+            mut worker,
+            done,
+            slot,
+        } = opened;
         let input = worker.input()?;
         let schema = worker.sent_schema_mut().clone();
         let (sent, sent_rx) = mpsc::channel::<Sent>();
@@ -102,12 +125,22 @@ fn feed(open: impl FnOnce() -> Result<Opened, NativeError>, jobs: mpsc::Receiver
         std::thread::Builder::new()
             .name("lancet-native-reader".into())
             .spawn(move || done(read_answers(worker, sent_rx, read)))?;
-        Ok((input, schema, sent, reads))
+        Ok((input, schema, sent, reads, slot))
     });
     match opened {
-        Ok((input, schema, sent, reads)) => {
+        Ok((input, schema, sent, reads, slot)) => {
             let jobs = std::iter::once(first).chain(jobs);
-            write_batches(input, schema, jobs, sent, reads)
+            let mut writer = Writer {
+                input,
+                schema,
+                sent,
+                reads,
+                slot,
+                written: 0,
+                answered: 0,
+                since: Instant::now(),
+            };
+            writer.run(jobs);
         }
         Err(e) => {
             let why = e.to_string();
@@ -135,62 +168,102 @@ impl Pending {
 /// Batches written ahead of the answers read: the shared memory's slots each way rely on it.
 const WINDOW: usize = shm::WAYS;
 
-fn write_batches(
+/// The writer thread's state once the worker is open.
+struct Writer {
     input: Input,
-    mut schema: Option<SchemaRef>,
-    jobs: impl Iterator<Item = Job>,
+    /// The input schema the worker holds once it has read what was written.
+    schema: Option<SchemaRef>,
     sent: mpsc::Sender<Sent>,
+    /// One message per answer the reader has taken.
     reads: mpsc::Receiver<()>,
-) {
-    let mut broken = false;
-    let mut written = 0usize;
-    for Job { batch, reply } in jobs {
-        if !broken {
-            let (kind, parts) = match encode(&mut schema, &batch) {
-                Ok(frame) => frame,
-                Err(e) => {
-                    let _ = reply.send(Err(e));
-                    continue;
+    slot: Option<Slot>,
+    written: usize,
+    answered: usize,
+    /// When the slot was last taken.
+    since: Instant,
+}
+
+impl Writer {
+    fn run(&mut self, jobs: impl Iterator<Item = Job>) {
+        let mut broken = false;
+        for Job { batch, reply } in jobs {
+            if !broken {
+                let (kind, parts) = match encode(&mut self.schema, &batch) {
+                    Ok(frame) => frame,
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                        continue;
+                    }
+                };
+                if kind == Kind::Batch {
+                    self.schema = Some(batch.schema());
                 }
-            };
-            if kind == Kind::Batch {
-                schema = Some(batch.schema());
+                self.take_turn();
+                // The answer WINDOW batches back is read: the worker has read that batch (its
+                // slot is free) and the host has taken that answer (the worker may reuse its).
+                broken = !self.wait_answers(WINDOW - 1);
+                // The worker reads a batch once it has computed the one before: one call's
+                // time for that one, one for this one's own reading.
+                let deadline = frame::deadline(self.input.timeout.saturating_mul(2));
+                let slot = (self.written % WINDOW) as u32;
+                // A failed write means the worker is gone or stuck: the reader finds out (EOF,
+                // or its own deadline, which kills it) and answers this batch and the later
+                // ones.
+                broken = broken
+                    || shm::send(
+                        self.input.pipe.as_fd(),
+                        self.input.shared.as_deref(),
+                        slot,
+                        kind,
+                        &parts.slices(),
+                        deadline,
+                    )
+                    .is_err();
+                self.written += 1;
             }
-            // The answer WINDOW batches back is read: the worker has read that batch (its
-            // slot is free) and the host has taken that answer (the worker may reuse its).
-            if written >= WINDOW && reads.recv().is_err() {
-                broken = true;
+            let rows = batch.num_rows();
+            let schema = self.schema.clone();
+            if self
+                .sent
+                .send(Sent {
+                    rows,
+                    schema,
+                    reply,
+                })
+                .is_err()
+            {
+                break;
             }
-            // The worker reads a batch once it has computed the one before: one call's time
-            // for that one, one for this one's own reading.
-            let deadline = frame::deadline(input.timeout.saturating_mul(2));
-            let slot = (written % WINDOW) as u32;
-            // A failed write means the worker is gone or stuck: the reader finds out (EOF, or
-            // its own deadline, which kills it) and answers this batch and the later ones.
-            broken = broken
-                || shm::send(
-                    input.pipe.as_fd(),
-                    input.shared.as_deref(),
-                    slot,
-                    kind,
-                    &parts.slices(),
-                    deadline,
-                )
-                .is_err();
-            written += 1;
         }
-        let rows = batch.num_rows();
-        let schema = schema.clone();
-        if sent
-            .send(Sent {
-                rows,
-                schema,
-                reply,
-            })
-            .is_err()
-        {
+        // The slot is freed (dropped with the writer) once the worker has answered all.
+        self.wait_answers(0);
+    }
+
+    /// Waits until at most `in_flight` written batches are unanswered; false if the reader
+    /// is gone.
+    fn wait_answers(&mut self, in_flight: usize) -> bool {
+        while self.written - self.answered > in_flight {
+            if self.reads.recv().is_err() {
+                return false;
+            }
+            self.answered += 1;
+        }
+        true
+    }
+
+    /// Before a batch: gives the slot up to a waiting batch of the tenant when held long
+    /// enough, once the worker has answered what it holds (it runs nothing meanwhile).
+    fn take_turn(&mut self) {
+        let Some(slot) = &self.slot else { return };
+        if self.since.elapsed() < YIELD_AFTER || !slot.contended() {
             return;
         }
+        if self.wait_answers(0)
+            && let Some(slot) = &mut self.slot
+        {
+            slot.yield_to_waiters();
+        }
+        self.since = Instant::now();
     }
 }
 

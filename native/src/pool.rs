@@ -1,11 +1,13 @@
 //! Warm workers, kept per (tenant, function) and never shared between tenants.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use arrow_array::RecordBatch;
 
+use crate::pipeline::Opened;
+use crate::slots::Slots;
 use crate::{CallOutput, FunctionSpec, NativeError, Pipeline, Sandbox, Worker};
 
 /// Whose worker: a tenant and a function (the digest of everything that defines it, so a
@@ -24,8 +26,7 @@ pub struct Pool {
     idle: Mutex<HashMap<WorkerKey, Vec<Worker>>>,
     /// Batches running per tenant, at most `per_tenant`: one tenant's flood of calls waits
     /// for its own workers instead of starting sandboxes without bound.
-    running: Arc<Running>,
-    per_tenant: usize,
+    slots: Arc<Slots>,
     /// Idle workers kept per key and in all.
     per_key: usize,
     total: usize,
@@ -43,8 +44,7 @@ impl Pool {
         Pool {
             sandbox,
             idle: Mutex::default(),
-            running: Arc::default(),
-            per_tenant: per_tenant.max(1),
+            slots: Slots::new(per_tenant),
             per_key,
             total,
             max_calls: 10_000,
@@ -66,7 +66,7 @@ impl Pool {
         spec: &FunctionSpec,
         batch: &RecordBatch,
     ) -> Result<CallOutput, NativeError> {
-        let _slot = self.slot(&key.tenant);
+        let _slot = self.slots.take(&key.tenant);
         let mut worker = match self.take(key) {
             Some(w) => w,
             None => Worker::start(&self.sandbox, spec)?,
@@ -94,7 +94,8 @@ impl Pool {
     /// A pipeline of `key`'s function ([`Pipeline`]). At its first batch it takes one of the
     /// tenant's slots (as one running batch) and a warm worker, or starts one loading the
     /// spec `spec` makes (it may install the function's environment); when it is dropped and
-    /// its batches are answered, the worker comes back here. Never blocks.
+    /// its batches are answered, the worker comes back here. It gives its slot up between
+    /// batches, after a second, when another of the tenant's batches waits. Never blocks.
     pub fn pipeline(
         self: &Arc<Self>,
         key: &WorkerKey,
@@ -102,7 +103,7 @@ impl Pool {
     ) -> Result<Pipeline, NativeError> {
         let (pool, key) = (self.clone(), key.clone());
         Pipeline::lazy(move || {
-            let slot = pool.slot(&key.tenant);
+            let slot = pool.slots.take(&key.tenant);
             let worker = match pool.take(&key) {
                 Some(w) => w,
                 None => Worker::start(&pool.sandbox, &spec()?)?,
@@ -112,27 +113,13 @@ impl Pool {
                 if let Some(w) = worker {
                     back.put(&key, w);
                 }
-                drop(slot);
             };
-            Ok((worker, Box::new(done) as Box<_>))
+            Ok(Opened {
+                worker,
+                done: Box::new(done),
+                slot: Some(slot),
+            })
         })
-    }
-
-    /// Waits for one of the tenant's `per_tenant` slots; held until the guard drops.
-    fn slot(&self, tenant: &str) -> Slot {
-        let mut counts = self.running.lock();
-        while counts.get(tenant).copied().unwrap_or(0) >= self.per_tenant {
-            counts = self
-                .running
-                .freed
-                .wait(counts)
-                .unwrap_or_else(|p| p.into_inner());
-        }
-        *counts.entry(tenant.to_string()).or_default() += 1;
-        Slot {
-            running: self.running.clone(),
-            tenant: tenant.to_string(),
-        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<WorkerKey, Vec<Worker>>> {
@@ -153,37 +140,5 @@ impl Pool {
         if list.len() < self.per_key && total < self.total {
             list.push(worker);
         }
-    }
-}
-
-/// Batches running per tenant, and the signal that one ended.
-#[derive(Default)]
-struct Running {
-    counts: Mutex<HashMap<String, usize>>,
-    freed: Condvar,
-}
-
-impl Running {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
-        self.counts.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-/// A tenant's running batch (or pipeline); frees its slot when dropped.
-struct Slot {
-    running: Arc<Running>,
-    tenant: String,
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let mut counts = self.running.lock();
-        if let Some(n) = counts.get_mut(&self.tenant) {
-            *n -= 1;
-            if *n == 0 {
-                counts.remove(&self.tenant);
-            }
-        }
-        self.running.freed.notify_all();
     }
 }

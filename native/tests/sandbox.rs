@@ -712,3 +712,52 @@ fn a_pipeline_reports_a_worker_that_dies_or_never_loads_and_starts_none_unasked(
     assert_eq!(doubled(Ok(out)).unwrap(), vec![2]);
     assert!(idle_becomes(&pool, 1));
 }
+
+#[test]
+fn a_long_pipeline_gives_its_slot_to_a_waiting_call_of_its_tenant() {
+    // One slot for the tenant: a backfill-like pipeline of 20 slow batches holds it; a call of
+    // the same tenant (an insert's) gets it while the pipeline still has batches to run,
+    // rather than after all of them.
+    let pool = Arc::new(Pool::new(sandbox(Limits::default()), 1, 4, 8));
+    let key = |f: &str| WorkerKey {
+        tenant: "t".into(),
+        function: f.into(),
+    };
+    let slow = source(
+        "import time\ndef f(x):\n    time.sleep(0.2)\n    return x * 2\n",
+        "f",
+        Mode::Row,
+        DataType::Int64,
+    );
+    let pipeline = pool.pipeline(&key("slow"), move || Ok(slow)).unwrap();
+    let pending: Vec<_> = (0..20).map(|x| pipeline.submit(ints(&[Some(x)]))).collect();
+    let answered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let call = {
+        let (pool, answered) = (pool.clone(), answered.clone());
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            let quick = source(
+                "def f(x):\n    return x + 1\n",
+                "f",
+                Mode::Row,
+                DataType::Int64,
+            );
+            let out = pool.call(&key("quick"), &quick, &ints(&[Some(1)])).unwrap();
+            (
+                doubled(Ok(out)).unwrap(),
+                answered.load(std::sync::atomic::Ordering::SeqCst),
+            )
+        })
+    };
+    for (x, p) in pending.into_iter().enumerate() {
+        assert_eq!(doubled(p.wait()).unwrap(), vec![2 * x as i64]);
+        answered.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+    drop(pipeline);
+    let (value, pipeline_answers_then) = call.join().unwrap();
+    assert_eq!(value, vec![2]);
+    assert!(
+        pipeline_answers_then < 20,
+        "the call waited for the whole pipeline ({pipeline_answers_then} answers)"
+    );
+}
