@@ -9,7 +9,7 @@
 //! while the worker computes earlier batches, the reader only until the next answer.
 
 use std::os::fd::AsFd;
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use arrow_array::RecordBatch;
@@ -50,12 +50,26 @@ struct Sent {
 /// What a pipeline's first batch gets it.
 pub(crate) struct Opened {
     pub(crate) worker: Worker,
-    /// Where the worker goes when the pipeline ends (`None`: it died on the way).
-    pub(crate) done: Box<dyn FnOnce(Option<Worker>) + Send>,
+    /// Where a worker goes when the pipeline is done with it (`None`: it died on the way).
+    pub(crate) done: Arc<dyn Fn(Option<Worker>) + Send + Sync>,
     /// The tenant's slot it runs in, if it comes from a pool: given up to waiters between
     /// batches now and then, freed when every batch is answered.
     pub(crate) slot: Option<Slot>,
+    /// For a pool's pipeline: when a worker is retired, and how to start a fresh one. A
+    /// worker's CPU-time limit counts its whole life, so one kept busy by a long backfill is
+    /// replaced between batches before it could be killed in the middle of one.
+    pub(crate) renew: Option<(Retire, Renew)>,
 }
+
+/// How old a worker may get, and how many batches it may compute, before it is retired.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Retire {
+    pub(crate) age: Duration,
+    pub(crate) calls: u64,
+}
+
+/// Starts a fresh worker of the pipeline's function.
+pub(crate) type Renew = Box<dyn FnMut() -> Result<Worker, NativeError> + Send>;
 
 /// A pipeline holding its slot this long gives it up to a waiting batch of its tenant (after
 /// the batches in the worker's hands are answered), then queues for it again.
@@ -73,11 +87,19 @@ impl Pipeline {
         worker: Worker,
         done: impl FnOnce(Option<Worker>) + Send + 'static,
     ) -> Result<Pipeline, NativeError> {
+        let done = std::sync::Mutex::new(Some(done));
         Pipeline::lazy(move || {
             Ok(Opened {
                 worker,
-                done: Box::new(done),
+                // Without renewal there is one worker: `done` runs once.
+                done: Arc::new(move |w| {
+                    let taken = done.lock().unwrap_or_else(|p| p.into_inner()).take();
+                    if let Some(done) = taken {
+                        done(w);
+                    }
+                }),
                 slot: None,
+                renew: None,
             })
         })
     }
@@ -112,43 +134,20 @@ fn feed(open: impl FnOnce() -> Result<Opened, NativeError>, jobs: mpsc::Receiver
     let Ok(first) = jobs.recv() else {
         return; // dropped before any batch
     };
-    let opened = open().and_then(|opened| {
-        let Opened {
-            mut worker,
-            done,
-            slot,
-        } = opened;
-        let input = worker.input()?;
-        let schema = worker.sent_schema_mut().clone();
-        let (sent, sent_rx) = mpsc::channel::<Sent>();
-        let (read, reads) = mpsc::channel::<()>();
-        std::thread::Builder::new()
-            .name("lancet-native-reader".into())
-            .spawn(move || done(read_answers(worker, sent_rx, read)))?;
-        Ok((input, schema, sent, reads, slot))
-    });
-    match opened {
-        Ok((input, schema, sent, reads, slot)) => {
-            let jobs = std::iter::once(first).chain(jobs);
-            let mut writer = Writer {
-                input,
-                schema,
-                sent,
-                reads,
-                slot,
-                written: 0,
-                answered: 0,
-                since: Instant::now(),
-            };
-            writer.run(jobs);
-        }
-        Err(e) => {
-            let why = e.to_string();
-            let _ = first.reply.send(Err(e));
-            for job in jobs {
-                let _ = job.reply.send(Err(NativeError::Load(why.clone())));
-            }
-        }
+    let mut writer = match open().and_then(Writer::new) {
+        Ok(w) => w,
+        Err(e) => return refuse(e, std::iter::once(first).chain(jobs)),
+    };
+    writer.run(std::iter::once(first).chain(jobs));
+}
+
+/// Answers every job with `e` (the first) or its message (the rest).
+fn refuse(e: NativeError, jobs: impl Iterator<Item = Job>) {
+    let why = e.to_string();
+    let mut e = Some(e);
+    for job in jobs {
+        let answer = e.take().unwrap_or_else(|| NativeError::Load(why.clone()));
+        let _ = job.reply.send(Err(answer));
     }
 }
 
@@ -168,75 +167,47 @@ impl Pending {
 /// Batches written ahead of the answers read: the shared memory's slots each way rely on it.
 const WINDOW: usize = shm::WAYS;
 
-/// The writer thread's state once the worker is open.
-struct Writer {
+/// One worker as the writer feeds it: its input, and the reader thread taking its answers.
+struct Session {
     input: Input,
     /// The input schema the worker holds once it has read what was written.
     schema: Option<SchemaRef>,
     sent: mpsc::Sender<Sent>,
     /// One message per answer the reader has taken.
     reads: mpsc::Receiver<()>,
-    slot: Option<Slot>,
     written: usize,
     answered: usize,
-    /// When the slot was last taken.
-    since: Instant,
+    /// When the worker started, and the batches it had computed before this session.
+    born: Instant,
+    calls_before: u64,
 }
 
-impl Writer {
-    fn run(&mut self, jobs: impl Iterator<Item = Job>) {
-        let mut broken = false;
-        for Job { batch, reply } in jobs {
-            if !broken {
-                let (kind, parts) = match encode(&mut self.schema, &batch) {
-                    Ok(frame) => frame,
-                    Err(e) => {
-                        let _ = reply.send(Err(e));
-                        continue;
-                    }
-                };
-                if kind == Kind::Batch {
-                    self.schema = Some(batch.schema());
-                }
-                self.take_turn();
-                // The answer WINDOW batches back is read: the worker has read that batch (its
-                // slot is free) and the host has taken that answer (the worker may reuse its).
-                broken = !self.wait_answers(WINDOW - 1);
-                // The worker reads a batch once it has computed the one before: one call's
-                // time for that one, one for this one's own reading.
-                let deadline = frame::deadline(self.input.timeout.saturating_mul(2));
-                let slot = (self.written % WINDOW) as u32;
-                // A failed write means the worker is gone or stuck: the reader finds out (EOF,
-                // or its own deadline, which kills it) and answers this batch and the later
-                // ones.
-                broken = broken
-                    || shm::send(
-                        self.input.pipe.as_fd(),
-                        self.input.shared.as_deref(),
-                        slot,
-                        kind,
-                        &parts.slices(),
-                        deadline,
-                    )
-                    .is_err();
-                self.written += 1;
-            }
-            let rows = batch.num_rows();
-            let schema = self.schema.clone();
-            if self
-                .sent
-                .send(Sent {
-                    rows,
-                    schema,
-                    reply,
-                })
-                .is_err()
-            {
-                break;
-            }
-        }
-        // The slot is freed (dropped with the writer) once the worker has answered all.
-        self.wait_answers(0);
+impl Session {
+    /// Starts the reader of `worker`, which hands it to `done` when this session is dropped
+    /// and every batch written is answered.
+    fn open(
+        mut worker: Worker,
+        done: Arc<dyn Fn(Option<Worker>) + Send + Sync>,
+    ) -> Result<Session, NativeError> {
+        let input = worker.input()?;
+        let schema = worker.sent_schema_mut().clone();
+        let born = Instant::now() - worker.age();
+        let calls_before = worker.calls();
+        let (sent, sent_rx) = mpsc::channel::<Sent>();
+        let (read, reads) = mpsc::channel::<()>();
+        std::thread::Builder::new()
+            .name("lancet-native-reader".into())
+            .spawn(move || done(read_answers(worker, sent_rx, read)))?;
+        Ok(Session {
+            input,
+            schema,
+            sent,
+            reads,
+            written: 0,
+            answered: 0,
+            born,
+            calls_before,
+        })
     }
 
     /// Waits until at most `in_flight` written batches are unanswered; false if the reader
@@ -250,6 +221,109 @@ impl Writer {
         }
         true
     }
+}
+
+/// The writer thread's state once the worker is open.
+struct Writer {
+    session: Session,
+    done: Arc<dyn Fn(Option<Worker>) + Send + Sync>,
+    renew: Option<(Retire, Renew)>,
+    slot: Option<Slot>,
+    /// When the slot was last taken.
+    since: Instant,
+}
+
+impl Writer {
+    fn new(opened: Opened) -> Result<Writer, NativeError> {
+        Ok(Writer {
+            session: Session::open(opened.worker, opened.done.clone())?,
+            done: opened.done,
+            renew: opened.renew,
+            slot: opened.slot,
+            since: Instant::now(),
+        })
+    }
+
+    fn run(&mut self, mut jobs: impl Iterator<Item = Job>) {
+        let mut broken = false;
+        while let Some(Job { batch, reply }) = jobs.next() {
+            if !broken && let Err(e) = self.renew_if_old() {
+                let _ = reply.send(Err(e));
+                return refuse(
+                    NativeError::Load("no fresh worker for this pipeline".into()),
+                    jobs,
+                );
+            }
+            let session = &mut self.session;
+            if !broken {
+                let (kind, parts) = match encode(&mut session.schema, &batch) {
+                    Ok(frame) => frame,
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                        continue;
+                    }
+                };
+                if kind == Kind::Batch {
+                    session.schema = Some(batch.schema());
+                }
+                self.take_turn();
+                let session = &mut self.session;
+                // The answer WINDOW batches back is read: the worker has read that batch (its
+                // slot is free) and the host has taken that answer (the worker may reuse its).
+                broken = !session.wait_answers(WINDOW - 1);
+                // The worker reads a batch once it has computed the one before: one call's
+                // time for that one, one for this one's own reading.
+                let deadline = frame::deadline(session.input.timeout.saturating_mul(2));
+                let slot = (session.written % WINDOW) as u32;
+                // A failed write means the worker is gone or stuck: the reader finds out (EOF,
+                // or its own deadline, which kills it) and answers this batch and the later
+                // ones.
+                broken = broken
+                    || shm::send(
+                        session.input.pipe.as_fd(),
+                        session.input.shared.as_deref(),
+                        slot,
+                        kind,
+                        &parts.slices(),
+                        deadline,
+                    )
+                    .is_err();
+                session.written += 1;
+            }
+            let session = &mut self.session;
+            let (rows, schema) = (batch.num_rows(), session.schema.clone());
+            if session
+                .sent
+                .send(Sent {
+                    rows,
+                    schema,
+                    reply,
+                })
+                .is_err()
+            {
+                break;
+            }
+        }
+        // The slot is freed (dropped with the writer) once the worker has answered all.
+        self.session.wait_answers(0);
+    }
+
+    /// Before a batch: replaces a worker old enough to be retired with a fresh one, once it
+    /// has answered what it holds (the old one goes back to `done`, which retires it).
+    fn renew_if_old(&mut self) -> Result<(), NativeError> {
+        let Some((retire, start)) = &mut self.renew else {
+            return Ok(());
+        };
+        let calls = self.session.calls_before + self.session.written as u64;
+        if self.session.born.elapsed() < retire.age && calls < retire.calls {
+            return Ok(());
+        }
+        self.session.wait_answers(0);
+        let fresh = Session::open(start()?, self.done.clone())?;
+        // Dropping the old session ends its reader, which hands its worker back.
+        self.session = fresh;
+        Ok(())
+    }
 
     /// Before a batch: gives the slot up to a waiting batch of the tenant when held long
     /// enough, once the worker has answered what it holds (it runs nothing meanwhile).
@@ -258,7 +332,7 @@ impl Writer {
         if self.since.elapsed() < YIELD_AFTER || !slot.contended() {
             return;
         }
-        if self.wait_answers(0)
+        if self.session.wait_answers(0)
             && let Some(slot) = &mut self.slot
         {
             slot.yield_to_waiters();

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use arrow_array::RecordBatch;
 
-use crate::pipeline::Opened;
+use crate::pipeline::{Opened, Retire};
 use crate::slots::Slots;
 use crate::{CallOutput, FunctionSpec, NativeError, Pipeline, Sandbox, Worker};
 
@@ -104,9 +104,25 @@ impl Pool {
         let (pool, key) = (self.clone(), key.clone());
         Pipeline::lazy(move || {
             let slot = pool.slots.take(&key.tenant);
+            // The spec is made when a worker must start (it may run pip), once.
+            let mut make = Some(spec);
+            let mut made: Option<FunctionSpec> = None;
+            let mut start = {
+                let pool = pool.clone();
+                move || -> Result<Worker, NativeError> {
+                    if made.is_none() {
+                        let make = make.take().ok_or_else(|| {
+                            NativeError::Load("the function's spec could not be made".into())
+                        })?;
+                        made = Some(make()?);
+                    }
+                    let spec = made.as_ref().expect("made above");
+                    Worker::start(&pool.sandbox, spec)
+                }
+            };
             let worker = match pool.take(&key) {
                 Some(w) => w,
-                None => Worker::start(&pool.sandbox, &spec()?)?,
+                None => start()?,
             };
             let back = pool.clone();
             let done = move |worker: Option<Worker>| {
@@ -116,8 +132,15 @@ impl Pool {
             };
             Ok(Opened {
                 worker,
-                done: Box::new(done),
+                done: Arc::new(done),
                 slot: Some(slot),
+                renew: Some((
+                    Retire {
+                        age: pool.max_age,
+                        calls: pool.max_calls,
+                    },
+                    Box::new(start),
+                )),
             })
         })
     }

@@ -761,3 +761,37 @@ fn a_long_pipeline_gives_its_slot_to_a_waiting_call_of_its_tenant() {
         "the call waited for the whole pipeline ({pipeline_answers_then} answers)"
     );
 }
+
+#[test]
+fn a_long_pipeline_replaces_its_worker_before_the_cpu_limit_could_end_it() {
+    // CPU limit 2 s: workers are retired at 1 s of age. A pipeline of batches spanning ~3 s
+    // changes workers between batches (each loads the function anew: a token of its own) and
+    // every batch is answered.
+    let pool = Arc::new(Pool::new(
+        sandbox(Limits {
+            cpu_seconds: 2,
+            ..Limits::default()
+        }),
+        1,
+        4,
+        8,
+    ));
+    let key = WorkerKey {
+        tenant: "t".into(),
+        function: "token".into(),
+    };
+    let spec = source(
+        "import os, time\nTOKEN = os.urandom(8).hex()\ndef f(x):\n    time.sleep(0.25)\n    \
+         return TOKEN\n",
+        "f",
+        Mode::Row,
+        DataType::Utf8,
+    );
+    let pipeline = pool.pipeline(&key, move || Ok(spec)).unwrap();
+    let pending: Vec<_> = (0..12).map(|x| pipeline.submit(ints(&[Some(x)]))).collect();
+    let tokens: std::collections::HashSet<String> = pending
+        .into_iter()
+        .map(|p| strings(&p.wait().unwrap().values)[0].clone().unwrap())
+        .collect();
+    assert!(tokens.len() >= 2, "one worker for ~3 s: {tokens:?}");
+}
