@@ -13,7 +13,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::time::Instant;
 
@@ -33,17 +33,29 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// A new memory file of `2 * WAYS` slots of `slot` bytes (pages are allocated only as
-    /// slots are written).
+    /// slots are written), sealed at that size: the worker holds a writable descriptor, and
+    /// must not grow the file (memory the host would keep until the worker ends) nor shrink
+    /// it under the host's reads.
     pub(crate) fn new(slot: usize) -> io::Result<Shared> {
-        // SAFETY: the name is a NUL-terminated literal; the flags ask for close-on-exec, so
-        // only the worker this is made for inherits it (`Sandbox::command`'s `keep`).
-        let fd = unsafe { libc::memfd_create(c"lancet-native".as_ptr(), libc::MFD_CLOEXEC) };
+        // SAFETY: the name is a NUL-terminated literal; close-on-exec, so only the worker this
+        // is made for inherits it (`Sandbox::command`'s `keep`).
+        let fd = unsafe {
+            libc::memfd_create(
+                c"lancet-native".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            )
+        };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
         // SAFETY: a descriptor just created and owned by nobody else.
         let file = unsafe { File::from_raw_fd(fd) };
         file.set_len((2 * WAYS * slot) as u64)?;
+        let seals = libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL;
+        // SAFETY: fcntl on a descriptor this process owns; no memory is passed.
+        if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
         Ok(Shared { file, slot })
     }
 
@@ -105,10 +117,4 @@ pub(crate) fn send(
     payload[..4].copy_from_slice(&slot.to_le_bytes());
     payload[4..].copy_from_slice(&(len as u32).to_le_bytes());
     frame::send(fd, Kind::SharedMessage, &[&payload], deadline)
-}
-
-impl AsFd for Shared {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.file.as_fd()
-    }
 }

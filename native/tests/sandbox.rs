@@ -389,6 +389,22 @@ fn a_worker_shares_memory_with_the_host_only() {
                files.add(os.fstat(int(d)).st_ino)\n        except OSError:\n            \
                pass\n    return str(len(files))\n";
     let spec = source(src, "f", Mode::Row, DataType::Utf8);
+    // Sealed at its size: the worker can neither grow it (memory the host keeps) nor shrink
+    // it under the host's reads.
+    let resize = source(
+        "import os\ndef f(x):\n    out = []\n    for d in os.listdir('/proc/self/fd'):\n        try:\n            \
+         if os.readlink('/proc/self/fd/' + d).startswith('/memfd:'):\n                \
+         n = os.fstat(int(d)).st_size\n                for size in (n + 4096, n // 2):\n                    try:\n                        \
+         os.ftruncate(int(d), size)\n                        out.append('resized')\n                    \
+         except OSError as e:\n                        out.append(type(e).__name__)\n        \
+         except OSError:\n            pass\n    return ','.join(sorted(set(out)))\n",
+        "f",
+        Mode::Row,
+        DataType::Utf8,
+    );
+    let mut w = Worker::start(&sb, &resize).unwrap();
+    let out = w.call(&ints(&[Some(1)])).unwrap().values;
+    assert_eq!(strings(&out), vec![Some("PermissionError".to_string())]);
     let mut first = Worker::start(&sb, &spec).unwrap();
     let mut second = Worker::start(&sb, &spec).unwrap();
     for w in [&mut first, &mut second] {
