@@ -7,6 +7,7 @@ reference computed by Python's own onnxruntime (test_models.reference)."""
 import base64
 import json
 import os
+import re
 import tempfile
 import urllib.request
 
@@ -85,13 +86,20 @@ def model_column(name, auto_backfill=None):
                                              nullable=True)]))
 
 
-def test_embedding_column_backfilled_then_searched_by_text(server):
+@pytest.fixture(scope="module")
+def docs(server):
+    """`test$docs` with its embedding column `vec` filled by a backfill job: made once per
+    server by the first test that asks (each pytest-xdist worker has its own server)."""
     server.create_table("test$docs", pa.table({"id": list(range(len(DOCS))), "text": DOCS}))
     api = generated(server)
     api.alter_table_add_columns("test$docs", AlterTableAddColumnsRequest(new_columns=[model_column("vec")]))
     job = api.alter_table_backfill_columns("test$docs", AlterTableBackfillColumnsRequest(column="vec"))
     assert job.job_id
     wait_job(server, job.job_id)
+    return "test$docs"
+
+
+def test_embedding_column_backfilled_then_searched_by_text(server, docs):
     got = {r["id"]: r["vec"] for r in rows(server, "docs", ["id", "vec"])}
     assert got[2] is None  # a null text gives a null vector
     present = [i for i, t in enumerate(DOCS) if t is not None]
@@ -111,7 +119,7 @@ def test_embedding_column_backfilled_then_searched_by_text(server):
     assert ids == hits["id"].to_pylist()
 
 
-def test_text_query_errors_name_the_problem(server):
+def test_text_query_errors_name_the_problem(server, docs):
     server.create_table("test$plain", pa.table({"id": [1], "text": ["x"]}))
     for path, body, words in [
         ("test$plain", {"query_text": "x", "k": 1}, "no embedding column"),
@@ -125,6 +133,32 @@ def test_text_query_errors_name_the_problem(server):
     assert status == 400, answer
 
 
+def test_a_text_query_of_an_old_version_needs_the_model_that_computed_it(server):
+    """A version whose column a model computed, searched by text after that model was dropped
+    and registered again with other settings: a 400 saying so (the text's vector and the
+    column's would not compare), not an answer from the record a text query read before."""
+    status, answer = call(server, "/v1/model/mini2/create", manifest())
+    assert status == 200, answer
+    server.create_table("test$old", pa.table({"id": [1, 2], "text": ["Cats nap.", "Bonds fell."]}))
+    column = model_column("vec").virtual_column
+    column.udf_name = "mini2"
+    api = generated(server)
+    api.alter_table_add_columns("test$old", AlterTableAddColumnsRequest(
+        new_columns=[AddColumnsEntry(name="vec", virtual_column=column)]))
+    wait_job(server, api.alter_table_backfill_columns(
+        "test$old", AlterTableBackfillColumnsRequest(column="vec")).job_id)
+    tbl = server.lancedb().open_table("old")
+    version = tbl.version
+    body = {"query_text": "a cat", "vector_column": "vec", "k": 1, "columns": ["id"]}
+    assert query(server, "test$old", body)["id"].to_pylist() == [1]
+    tbl.drop_columns(["vec"])
+    assert call(server, "/v1/model/mini2/drop")[0] == 200
+    status, answer = call(server, "/v1/model/mini2/create", manifest(normalize=False))
+    assert status == 200, answer
+    status, answer = call(server, "/v1/table/test$old/query", {**body, "version": version})
+    assert status == 400 and "registered again" in answer["error"], answer
+
+
 def test_auto_backfill_computes_vectors_on_insert(server):
     server.create_table("test$live", pa.table({"id": pa.array([], pa.int64()), "text": pa.array([], pa.string())}))
     generated(server).alter_table_add_columns("test$live", AlterTableAddColumnsRequest(
@@ -136,7 +170,7 @@ def test_auto_backfill_computes_vectors_on_insert(server):
     assert cosines([got[1]], ["Kittens sleep a lot."]).min() >= 0.9999
 
 
-def test_bad_embedding_columns_are_refused(server):
+def test_bad_embedding_columns_are_refused(server, docs):
     api = generated(server)
     cases = [
         (dict(udf_name="nope"), "not registered"),
@@ -162,7 +196,7 @@ def test_bad_embedding_columns_are_refused(server):
     assert status == 409 and "test.docs.vec" in answer["error"], answer
 
 
-def test_sql_embed_over_flight_sql(server):
+def test_sql_embed_over_flight_sql(server, docs):
     with adbc.connect(server.flight, db_kwargs={
             flightsql.DatabaseOptions.AUTHORIZATION_HEADER.value: f"Bearer {server.key}"},
             autocommit=True) as conn:
@@ -222,6 +256,80 @@ def test_a_python_udf_calls_embed(server):
     with pytest.raises(Exception) as err:
         job.wait()
     assert "not registered" in str(err.value), err.value
+
+
+PY_BATCH_UDF = '''
+import lancet
+
+@lancet.batch
+def embed_docs(texts: list[str]) -> list[list[float]]:
+    # The user's own preparation: blank and null rows get no vector; one host call for the rest.
+    keep = [t.strip() for t in texts if t and t.strip()]
+    vectors = iter(lancet.embed("minilm", keep) if keep else [])
+    return [next(vectors) if t and t.strip() else None for t in texts]
+
+@lancet.batch
+def rows_in_call(texts: list[str]) -> list[int]:
+    return [len(texts)] * len(texts)
+
+@lancet.batch
+def too_few(texts):
+    return texts[1:]
+
+@lancet.batch
+def raises(texts):
+    raise ValueError(f"no thanks to {len(texts)} texts")
+'''
+
+
+def python_column(name, entry, data_type, auto_backfill=None):
+    return AddColumnsEntry(name=name, virtual_column=AddVirtualColumnEntry(
+        input_columns=["text"], udf_name=entry, udf_version="", image="python:3.11-slim",
+        udf=base64.b64encode(PY_BATCH_UDF.encode()).decode(), auto_backfill=auto_backfill,
+        outputs=[AddVirtualColumnOutputEntry(column=name, struct_field=name, data_type=data_type,
+                                             nullable=True)]))
+
+
+def test_a_python_batch_udf_embeds_a_whole_call_at_once(server):
+    """`@lancet.batch`: the function gets the call's rows as lists and calls `lancet.embed`
+    once for all of them; a column of its vectors, backfilled and on insert, equals the
+    reference. A batch function returning the wrong number of values, or raising, fails the
+    job naming why."""
+    server.create_table("test$pybatch", pa.table({"id": list(range(len(DOCS))), "text": DOCS}))
+    api = generated(server)
+    api.alter_table_add_columns("test$pybatch", AlterTableAddColumnsRequest(new_columns=[
+        python_column("vec", "embed_docs", VECTOR, auto_backfill=True),
+        python_column("calls", "rows_in_call", {"type": "int64"})]))
+    for column in ("vec", "calls"):
+        job = api.alter_table_backfill_columns("test$pybatch", AlterTableBackfillColumnsRequest(column=column))
+        wait_job(server, job.job_id)
+    got = {r["id"]: r for r in rows(server, "pybatch", ["id", "vec", "calls"])}
+    assert got[2]["vec"] is None and got[5]["vec"] is None  # null and blank texts
+    present = [0, 1, 3, 4]
+    c = cosines([got[i]["vec"] for i in present], [DOCS[i].strip() for i in present])
+    assert c.min() >= 0.9999, c
+    # Called with several rows at once, not row by row.
+    assert all(got[i]["calls"] > 1 for i in got), got
+
+    # On insert (auto_backfill), through lancedb.
+    server.lancedb().open_table("pybatch").add(
+        pa.table({"id": [10, 11], "text": ["Kittens sleep a lot.", None]}))
+    got = {r["id"]: r["vec"] for r in rows(server, "pybatch", ["id", "vec"])}
+    assert got[11] is None
+    assert cosines([got[10]], ["Kittens sleep a lot."]).min() >= 0.9999
+
+    # (The numbers depend on the call's size, which the job chooses.)
+    for entry, why in (("too_few", r"a batch function returned (\d+) values for (\d+) rows"),
+                       ("raises", r"ValueError: no thanks to \d+ texts \(line 21\)")):
+        api.alter_table_add_columns("test$pybatch", AlterTableAddColumnsRequest(new_columns=[
+            python_column(entry, entry, {"type": "utf8"})]))
+        job = api.alter_table_backfill_columns("test$pybatch", AlterTableBackfillColumnsRequest(column=entry))
+        with pytest.raises(Exception) as err:
+            server.lancedb().open_job(job.job_id).wait()
+        found = re.search(why, str(err.value))
+        assert found, err.value
+        if entry == "too_few":
+            assert int(found.group(1)) + 1 == int(found.group(2)), err.value
 
 
 def test_the_readme_embedding_example_runs_as_written():

@@ -91,18 +91,27 @@ pub async fn query(
     headers: HeaderMap,
     JsonBody(query_body::QueryBody(mut body)): JsonBody<query_body::QueryBody>,
 ) -> ApiResult<Response> {
-    if body.get("query_text").is_some() {
-        embed_query_text(&app, &target, &mut body).await?;
-    }
-    let spec = query_body::parse(&body)?;
-    let ds = dataset_for(&app, &target, &body).await?;
+    let (spec, ds) = if body.get("query_text").is_some() {
+        // The version read does not depend on the vector: a text query opens it once.
+        let ds = dataset_for(&app, &target, &body).await?;
+        embed_query_text(&app, &target, &ds, &mut body).await?;
+        (query_body::parse(&body)?, ds)
+    } else {
+        let spec = query_body::parse(&body)?;
+        (spec, dataset_for(&app, &target, &body).await?)
+    };
     // The read wakes many times: each wake polls it directly rather than through every stage.
     super::own_task::run(answer(app, target, headers, body, spec, ds)).await
 }
 
 /// Replaces `query_text` with the vector the searched column's model gives it (Lancet's own
 /// field: a text search of an embedding column, embedded by the server).
-async fn embed_query_text(app: &AppState, target: &Target, body: &mut Value) -> ApiResult<()> {
+async fn embed_query_text(
+    app: &AppState,
+    target: &Target,
+    ds: &lance::Dataset,
+    body: &mut Value,
+) -> ApiResult<()> {
     let Some(fields) = body.as_object_mut() else {
         return Ok(()); // parse says what is wrong
     };
@@ -122,7 +131,6 @@ async fn embed_query_text(app: &AppState, target: &Target, body: &mut Value) -> 
         Some(Value::String(c)) => Some(c.clone()),
         Some(_) => return Err(ApiError::invalid("vector_column must be a string")),
     };
-    let ds = dataset_for(app, target, body).await?;
     let (column, vector) = app
         .models
         .embed_query(target.caller.tenant(), ds.schema(), column.as_deref(), text)

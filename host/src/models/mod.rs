@@ -75,6 +75,8 @@ pub struct Models {
     /// Why models cannot run here, when they cannot.
     unavailable: Option<String>,
     tenants: Mutex<HashMap<String, Arc<TenantShare>>>,
+    /// Records text queries read lately, by (tenant, name): see `query::RecentRecords`.
+    recent: query::RecentRecords,
     /// For columns, which call in from blocking threads.
     runtime: tokio::runtime::Handle,
 }
@@ -128,6 +130,7 @@ impl Models {
             config,
             unavailable,
             tenants: Mutex::new(HashMap::new()),
+            recent: query::RecentRecords::default(),
             runtime: tokio::runtime::Handle::current(),
         }
     }
@@ -288,6 +291,7 @@ impl Models {
             .with_status(axum::http::StatusCode::CONFLICT));
         }
         self.root.delete(&record_key(tenant, name)).await?;
+        self.recent.forget(tenant, name);
         self.cache.forget(&stored.digest);
         let others = self.list(tenant).await?;
         for sha in stored.manifest.files.values() {

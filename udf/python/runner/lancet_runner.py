@@ -98,10 +98,43 @@ def _embed(model, texts):
     return [values[i * dimension:(i + 1) * dimension] for i in range(len(texts))]
 
 
+def _embed_all(model, texts):
+    """`lancet.embed` for any number of texts: host calls of at most EMBED_CALL_TEXTS (the
+    server's default `--model-max-rows`), so a batch function can pass its whole column."""
+    if isinstance(texts, str):
+        raise TypeError("lancet.embed takes a list of texts, not one string")
+    texts = list(texts)
+    if len(texts) <= EMBED_CALL_TEXTS:
+        return _embed(model, texts)
+    out = []
+    for i in range(0, len(texts), EMBED_CALL_TEXTS):
+        out.extend(_embed(model, texts[i:i + EMBED_CALL_TEXTS]))
+    return out
+
+
+EMBED_CALL_TEXTS = 1024
+
+
+def _batch(fn):
+    """`@lancet.batch`: the function (or class) is called once per call with a list per
+    input column (the call's rows; None where a row is null) and returns a list of as many
+    results, in order. For work that is cheaper a batch at a time, e.g. `lancet.embed`."""
+    if not callable(fn):
+        raise TypeError("@lancet.batch decorates a function or a class")
+    fn.__lancet_batch__ = True
+    return fn
+
+
+def _is_batch(fn):
+    return bool(getattr(fn, "__lancet_batch__", False)
+                or getattr(getattr(fn, "__call__", None), "__lancet_batch__", False))
+
+
 # `import lancet` in a UDF finds this module (nothing is importable from files at run time).
 _lancet = type(sys)("lancet")
-_lancet.embed = _embed
-_lancet.__doc__ = "What the Lancet host offers a UDF: embed(model, texts)."
+_lancet.embed = _embed_all
+_lancet.batch = _batch
+_lancet.__doc__ = "What the Lancet host offers a UDF: embed(model, texts), @batch."
 sys.modules["lancet"] = _lancet
 INT_MIN, INT_MAX = -(1 << 63), (1 << 63) - 1
 
@@ -462,6 +495,28 @@ def _apply(fn, columns, rows, failed):
             results.append(None)
 
 
+def _apply_batch(fn, columns, rows, failed_all):
+    """A `@lancet.batch` function over the call: one call with a list per column. If it
+    raises, every row fails with its error; a result that is not `rows` values ends the
+    call (the function, not a row, is wrong)."""
+    try:
+        results = fn(*columns)
+    except BaseException as e:  # noqa: BLE001 - SystemExit too fails the rows
+        failed_all(e)
+        return [None] * rows
+    if isinstance(results, (str, bytes, dict)):
+        raise Err(f"a batch function returned {type(results).__name__}, not a list of "
+                  f"{rows} values")
+    try:
+        results = list(results)
+    except BaseException:  # noqa: BLE001
+        raise Err(f"a batch function returned {type(results).__name__}, not a list of "
+                  f"{rows} values") from None
+    if len(results) != rows:
+        raise Err(f"a batch function returned {len(results)} values for {rows} rows")
+    return results
+
+
 def _struct(results, fields, failed):
     """One column per field out of a dict per row; a None row is null as a whole."""
     nulls = b""
@@ -491,6 +546,7 @@ def _struct(results, fields, failed):
 
 class WitWorld(wit_world.WitWorld):
     entry = None
+    batched = False
 
     def load(self, source, entry, env, init, files):
         if WitWorld.entry is not None:
@@ -515,7 +571,7 @@ class WitWorld(wit_world.WitWorld):
                 raise Err(f"class '{entry}' defines no __call__")
             if init is None:
                 # Checked only: its instances need the initialization a binding gives.
-                return _signature(fn.__call__, skip_self=True)
+                return _signature(fn.__call__, skip_self=True, batched=_is_batch(fn))
             try:
                 kwargs = json.loads(init)
                 if not isinstance(kwargs, dict):
@@ -526,7 +582,8 @@ class WitWorld(wit_world.WitWorld):
         elif init not in (None, "{}"):
             raise Err(f"'{entry}' is a function: it takes no initialization")
         WitWorld.entry = fn
-        return _signature(fn)
+        WitWorld.batched = _is_batch(fn)
+        return _signature(fn, batched=WitWorld.batched)
 
     def call(self, args, rows, returns, fields, stop_at_first_error):
         fn = WitWorld.entry
@@ -542,9 +599,18 @@ class WitWorld(wit_world.WitWorld):
 
         # No cyclic GC passes inside a batch (its values are mostly acyclic, and a pass per
         # ~700 allocations is a cost per row); collection resumes between batches.
+        def failed_all(e):
+            message = _describe(e)
+            if stop_at_first_error:
+                raise Err(f"the batch of {rows} rows: {message}")
+            errors.extend(t.RowError(row=row, message=message) for row in range(rows))
+
         gc.disable()
         try:
-            results = _apply(fn, columns, rows, failed)
+            if WitWorld.batched:
+                results = _apply_batch(fn, columns, rows, failed_all)
+            else:
+                results = _apply(fn, columns, rows, failed)
         finally:
             gc.enable()
         if fields:
@@ -555,7 +621,20 @@ class WitWorld(wit_world.WitWorld):
         return t.Output(values=values, nulls=nulls, errors=errors)
 
 
-def _signature(fn, skip_self=False):
+def _element(annotation):
+    """A batch function's per-row type: `str` of `list[str]`; None when not a list."""
+    if annotation is None:
+        return None
+    text = annotation.replace(" ", "")
+    for prefix in ("list[", "List["):
+        if text.startswith(prefix) and text.endswith("]"):
+            return text[len(prefix):-1]
+    return None
+
+
+def _signature(fn, skip_self=False, batched=False):
+    """The parameters and result as the host reads them: for a batch function, of one row
+    (its annotations' list element types)."""
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):
@@ -572,6 +651,9 @@ def _signature(fn, skip_self=False):
             return annotation.__name__
         return str(annotation).replace("typing.", "")
 
+    if batched:
+        inner = name
+        name = lambda annotation: _element(inner(annotation))  # noqa: E731
     params = [
         t.Param(
             name=p.name,
