@@ -269,6 +269,11 @@ fn scraped(app: &App) -> Registry {
         "UDF instances dropped after a trap, a limit hit or bad output",
         ConstCounter::new(stats.instances_discarded),
     );
+    r.register(
+        "udf_instances_retired",
+        "UDF instances dropped after a call because their memory grew past half its cap",
+        ConstCounter::new(stats.instances_retired),
+    );
     let per_tenant = runtime.call_stats();
     type UdfFamily = (
         &'static str,

@@ -32,6 +32,8 @@ pub(crate) struct HostState {
 pub(crate) struct MemoryLimiter {
     pub(crate) cap: usize,
     pub(crate) hit: bool,
+    /// The largest linear memory's size so far (a memory never shrinks).
+    pub(crate) size: usize,
     /// Core instances, tables and memories a store may hold: 1 for a module, more for a
     /// component (CPython's component links several core modules).
     pub(crate) objects: usize,
@@ -42,8 +44,18 @@ impl MemoryLimiter {
         Self {
             cap,
             hit: false,
+            size: 0,
             objects,
         }
+    }
+
+    /// Whether the instance's memory has grown past half its cap: it is then dropped after
+    /// its call rather than kept for another. A guest's heap creeps up over a long backfill
+    /// (fragmentation in its allocator, or a leak: Python UDFs returning JSON grew ~5 KB a
+    /// row), and linear memory never shrinks, so a reused instance would otherwise reach the
+    /// cap after enough rows and fail a call that fits easily in a fresh one.
+    pub(crate) fn worn(&self) -> bool {
+        self.size > self.cap / 2
     }
 }
 
@@ -71,6 +83,7 @@ impl ResourceLimiter for MemoryLimiter {
             self.hit = true;
             return Err(wasmtime::Error::new(MemoryCapHit));
         }
+        self.size = self.size.max(desired);
         Ok(true)
     }
 
@@ -175,6 +188,11 @@ impl GuestInstance {
             instance,
             entries: Vec::new(),
         })
+    }
+
+    /// See [`MemoryLimiter::worn`].
+    pub(crate) fn memory_worn(&self) -> bool {
+        self.store.data().limiter.worn()
     }
 
     /// The tenant the next calls are made for, and who runs models for its `embed` calls.

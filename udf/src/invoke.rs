@@ -155,7 +155,14 @@ impl Runtime {
             Ok(Outcome::Ok(stream)) => {
                 match decode_output(stream, chunk.num_rows(), expected, limits, &udf.label) {
                     Ok(array) => {
-                        inner.pool.put(tenant, &udf.instance_key, instance);
+                        let worn = instance.memory_worn();
+                        inner.pool.put_unless_worn(
+                            tenant,
+                            &udf.instance_key,
+                            instance,
+                            worn,
+                            &inner.counters.retired,
+                        );
                         Ok(array)
                     }
                     // A guest that produces garbage is not trusted with another call.
@@ -166,7 +173,14 @@ impl Runtime {
                 }
             }
             Ok(Outcome::GuestError(message)) => {
-                inner.pool.put(tenant, &udf.instance_key, instance);
+                let worn = instance.memory_worn();
+                inner.pool.put_unless_worn(
+                    tenant,
+                    &udf.instance_key,
+                    instance,
+                    worn,
+                    &inner.counters.retired,
+                );
                 Err(UdfError::Guest {
                     udf: udf.label.clone(),
                     message,

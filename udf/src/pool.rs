@@ -58,6 +58,23 @@ impl<I> InstancePool<I> {
         Some(idle.instance)
     }
 
+    /// [`put`](Self::put), unless the instance's memory is `worn` (see
+    /// `MemoryLimiter::worn`): then it is dropped and counted in `retired`.
+    pub(crate) fn put_unless_worn(
+        &self,
+        tenant: &str,
+        key: &InstanceKey,
+        instance: I,
+        worn: bool,
+        retired: &std::sync::atomic::AtomicU64,
+    ) {
+        if worn {
+            retired.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        } else {
+            self.put(tenant, key, instance);
+        }
+    }
+
     /// Keeps `instance` for reuse; drops it (or the least recently used one) when full.
     pub(crate) fn put(&self, tenant: &str, key: &InstanceKey, instance: I) {
         let evicted;

@@ -88,6 +88,8 @@ pub struct RuntimeStats {
     pub instances_reused: u64,
     /// Instances dropped after a trap, limit hit or bad output.
     pub instances_discarded: u64,
+    /// Healthy instances dropped after a call because their memory grew past half its cap.
+    pub instances_retired: u64,
     pub idle_instances: usize,
     pub pooling_allocator: bool,
     /// Total time spent compiling with cranelift.
@@ -140,6 +142,7 @@ pub(crate) struct Counters {
     pub(crate) created: AtomicU64,
     pub(crate) reused: AtomicU64,
     pub(crate) discarded: AtomicU64,
+    pub(crate) retired: AtomicU64,
 }
 
 /// The Wasm UDF runtime. Cheap to clone; all clones share one engine, caches and pool.
@@ -220,6 +223,7 @@ impl Runtime {
             instances_created: get(&i.counters.created),
             instances_reused: get(&i.counters.reused),
             instances_discarded: get(&i.counters.discarded),
+            instances_retired: get(&i.counters.retired),
             idle_instances: i.pool.idle_count(),
             pooling_allocator: i.pooling,
             compile_time: Duration::from_nanos(get(&i.modules.counters.compile_nanos)),

@@ -290,7 +290,14 @@ impl Runtime {
             .map_err(discard)?;
         match outcome {
             CallResult::Raised(message) => {
-                host.pool.put(tenant, &udf.instance_key, instance);
+                let worn = instance.memory_worn();
+                host.pool.put_unless_worn(
+                    tenant,
+                    &udf.instance_key,
+                    instance,
+                    worn,
+                    &self.inner.counters.retired,
+                );
                 Err(UdfError::Guest {
                     udf: udf.label.clone(),
                     message,
@@ -310,7 +317,14 @@ impl Runtime {
                         udf: udf.label.clone(),
                         reason,
                     })?;
-                host.pool.put(tenant, &udf.instance_key, instance);
+                let worn = instance.memory_worn();
+                host.pool.put_unless_worn(
+                    tenant,
+                    &udf.instance_key,
+                    instance,
+                    worn,
+                    &self.inner.counters.retired,
+                );
                 Ok((array, errors))
             }
         }
