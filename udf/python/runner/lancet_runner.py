@@ -98,6 +98,9 @@ def _embed(model, texts):
     return [values[i * dimension:(i + 1) * dimension] for i in range(len(texts))]
 
 
+EMBED_CALL_TEXTS = 1024
+
+
 def _embed_all(model, texts):
     """`lancet.embed` for any number of texts: host calls of at most EMBED_CALL_TEXTS (the
     server's default `--model-max-rows`), so a batch function can pass its whole column."""
@@ -110,9 +113,6 @@ def _embed_all(model, texts):
     for i in range(0, len(texts), EMBED_CALL_TEXTS):
         out.extend(_embed(model, texts[i:i + EMBED_CALL_TEXTS]))
     return out
-
-
-EMBED_CALL_TEXTS = 1024
 
 
 def _batch(fn):
@@ -597,14 +597,14 @@ class WitWorld(wit_world.WitWorld):
                 raise Err(f"row {row}: {where}{_describe(e)}")
             errors.append(t.RowError(row=row, message=where + _describe(e)))
 
-        # No cyclic GC passes inside a batch (its values are mostly acyclic, and a pass per
-        # ~700 allocations is a cost per row); collection resumes between batches.
         def failed_all(e):
             message = _describe(e)
             if stop_at_first_error:
                 raise Err(f"the batch of {rows} rows: {message}")
             errors.extend(t.RowError(row=row, message=message) for row in range(rows))
 
+        # No cyclic GC passes inside a batch (its values are mostly acyclic, and a pass per
+        # ~700 allocations is a cost per row); collection resumes between batches.
         gc.disable()
         try:
             if WitWorld.batched:
