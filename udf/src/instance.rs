@@ -190,11 +190,6 @@ impl GuestInstance {
         })
     }
 
-    /// See [`MemoryLimiter::worn`].
-    pub(crate) fn memory_worn(&self) -> bool {
-        self.store.data().limiter.worn()
-    }
-
     /// The tenant the next calls are made for, and who runs models for its `embed` calls.
     pub(crate) fn set_caller(
         &mut self,
@@ -447,5 +442,11 @@ fn bad_output(udf: &str, reason: &str) -> UdfError {
     UdfError::BadOutput {
         udf: udf.to_string(),
         reason: reason.to_string(),
+    }
+}
+
+impl crate::pool::Pooled for GuestInstance {
+    fn memory_worn(&self) -> bool {
+        self.store.data().limiter.worn()
     }
 }

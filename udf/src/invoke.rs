@@ -155,14 +155,7 @@ impl Runtime {
             Ok(Outcome::Ok(stream)) => {
                 match decode_output(stream, chunk.num_rows(), expected, limits, &udf.label) {
                     Ok(array) => {
-                        let worn = instance.memory_worn();
-                        inner.pool.put_unless_worn(
-                            tenant,
-                            &udf.instance_key,
-                            instance,
-                            worn,
-                            &inner.counters.retired,
-                        );
+                        inner.pool.put(tenant, &udf.instance_key, instance);
                         Ok(array)
                     }
                     // A guest that produces garbage is not trusted with another call.
@@ -173,14 +166,7 @@ impl Runtime {
                 }
             }
             Ok(Outcome::GuestError(message)) => {
-                let worn = instance.memory_worn();
-                inner.pool.put_unless_worn(
-                    tenant,
-                    &udf.instance_key,
-                    instance,
-                    worn,
-                    &inner.counters.retired,
-                );
+                inner.pool.put(tenant, &udf.instance_key, instance);
                 Err(UdfError::Guest {
                     udf: udf.label.clone(),
                     message,

@@ -29,16 +29,25 @@ impl<I> Default for Slots<I> {
 }
 
 /// Idle instances of one kind (`I`: a Wasm module's or the Python runner's).
+/// What the pool asks of an instance before keeping it.
+pub(crate) trait Pooled {
+    /// See `MemoryLimiter::worn`: such an instance is dropped rather than kept.
+    fn memory_worn(&self) -> bool;
+}
+
 pub(crate) struct InstancePool<I> {
     slots: Mutex<Slots<I>>,
+    /// Healthy instances dropped because their memory was worn.
+    retired: std::sync::atomic::AtomicU64,
     max_per_key: usize,
     max_total: usize,
 }
 
-impl<I> InstancePool<I> {
+impl<I: Pooled> InstancePool<I> {
     pub(crate) fn new(max_per_key: usize, max_total: usize) -> Self {
         Self {
             slots: Mutex::default(),
+            retired: Default::default(),
             max_per_key,
             max_total,
         }
@@ -58,25 +67,19 @@ impl<I> InstancePool<I> {
         Some(idle.instance)
     }
 
-    /// [`put`](Self::put), unless the instance's memory is `worn` (see
-    /// `MemoryLimiter::worn`): then it is dropped and counted in `retired`.
-    pub(crate) fn put_unless_worn(
-        &self,
-        tenant: &str,
-        key: &InstanceKey,
-        instance: I,
-        worn: bool,
-        retired: &std::sync::atomic::AtomicU64,
-    ) {
-        if worn {
-            retired.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        } else {
-            self.put(tenant, key, instance);
-        }
+    /// Instances dropped by [`put`](Self::put) because their memory was worn.
+    pub(crate) fn retired(&self) -> u64 {
+        self.retired.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Keeps `instance` for reuse; drops it (or the least recently used one) when full.
+    /// Keeps `instance` for reuse; drops it (or the least recently used one) when full, or
+    /// when its memory is worn.
     pub(crate) fn put(&self, tenant: &str, key: &InstanceKey, instance: I) {
+        if instance.memory_worn() {
+            self.retired
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return;
+        }
         let evicted;
         {
             let mut slots = self.lock();

@@ -142,7 +142,6 @@ pub(crate) struct Counters {
     pub(crate) created: AtomicU64,
     pub(crate) reused: AtomicU64,
     pub(crate) discarded: AtomicU64,
-    pub(crate) retired: AtomicU64,
 }
 
 /// The Wasm UDF runtime. Cheap to clone; all clones share one engine, caches and pool.
@@ -223,7 +222,7 @@ impl Runtime {
             instances_created: get(&i.counters.created),
             instances_reused: get(&i.counters.reused),
             instances_discarded: get(&i.counters.discarded),
-            instances_retired: get(&i.counters.retired),
+            instances_retired: i.pool.retired() + i.python.pool.retired(),
             idle_instances: i.pool.idle_count(),
             pooling_allocator: i.pooling,
             compile_time: Duration::from_nanos(get(&i.modules.counters.compile_nanos)),

@@ -89,11 +89,6 @@ impl PyInstance {
         Ok(Self { store, runner })
     }
 
-    /// See [`MemoryLimiter::worn`].
-    pub(crate) fn memory_worn(&self) -> bool {
-        self.store.data().limiter.worn()
-    }
-
     /// The tenant the next calls are made for, and who runs models for its `embed` calls.
     pub(crate) fn set_caller(
         &mut self,
@@ -198,5 +193,11 @@ impl PyInstance {
             });
         }
         Ok(CallResult::Values(out.values, out.nulls, out.errors))
+    }
+}
+
+impl crate::pool::Pooled for PyInstance {
+    fn memory_worn(&self) -> bool {
+        self.store.data().limiter.worn()
     }
 }

@@ -83,7 +83,7 @@ impl std::fmt::Debug for PreparedPython {
 /// The runtime's Python half: the runner (loaded on first use) and its instances.
 pub(crate) struct PythonHost {
     runner: RunnerSlot,
-    pool: InstancePool<PyInstance>,
+    pub(crate) pool: InstancePool<PyInstance>,
     prepared: Mutex<HashMap<[u8; 32], Arc<PreparedPython>>>,
 }
 
@@ -290,14 +290,7 @@ impl Runtime {
             .map_err(discard)?;
         match outcome {
             CallResult::Raised(message) => {
-                let worn = instance.memory_worn();
-                host.pool.put_unless_worn(
-                    tenant,
-                    &udf.instance_key,
-                    instance,
-                    worn,
-                    &self.inner.counters.retired,
-                );
+                host.pool.put(tenant, &udf.instance_key, instance);
                 Err(UdfError::Guest {
                     udf: udf.label.clone(),
                     message,
@@ -317,14 +310,7 @@ impl Runtime {
                         udf: udf.label.clone(),
                         reason,
                     })?;
-                let worn = instance.memory_worn();
-                host.pool.put_unless_worn(
-                    tenant,
-                    &udf.instance_key,
-                    instance,
-                    worn,
-                    &self.inner.counters.retired,
-                );
+                host.pool.put(tenant, &udf.instance_key, instance);
                 Ok((array, errors))
             }
         }
