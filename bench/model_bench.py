@@ -101,16 +101,21 @@ def query_seconds(server, table, body):
 
 
 def query_p50s(server, table, texts, one, rounds=300):
-    """p50 ms of a vector query, a text query and a native one-text embedding, measured in
+    """p50 ms of a native one-text embedding, a text query, and two vector queries, measured in
     interleaved rounds (each round one of each, the same text for both embeddings), so that
-    the machine's drift over the run touches all three alike."""
-    vector = [0.05] * 384
-    lat = {"vector": [], "text": [], "native": []}
+    the machine's drift over the run touches all alike. The text query is compared with a
+    vector query searching the same vector (the text's embedding, fetched beforehand): top-k
+    over real embeddings costs the search ~5% more than over the constant vector also shown."""
+    constant = [0.05] * 384
+    same = server.post("/v1/model/minilm/embed", {"texts": texts})["vectors"]
+    lat = {"vector": [], "same": [], "text": [], "native": []}
     for i in range(rounds):
         text = texts[i % len(texts)]
         lat["native"].append(one(text))
         lat["vector"].append(query_seconds(server, table, {
-            "vector": vector, "vector_column": "vec", "k": 10, "columns": ["id"]}))
+            "vector": constant, "vector_column": "vec", "k": 10, "columns": ["id"]}))
+        lat["same"].append(query_seconds(server, table, {
+            "vector": same[i % len(texts)], "vector_column": "vec", "k": 10, "columns": ["id"]}))
         lat["text"].append(query_seconds(server, table, {
             "query_text": text, "vector_column": "vec", "k": 10, "columns": ["id"]}))
     return {k: statistics.median(v) * 1000 for k, v in lat.items()}
@@ -171,12 +176,14 @@ def main():
         print(f"| {name} | {rps:.0f} | {ratio:.2f}x |")
     if "column" not in PATHS:
         return
-    bound = p50["vector"] + p50["native"] + 1
+    bound = p50["same"] + p50["native"] + 1
     print(f"\n| query (300 interleaved rounds) | p50 ms |\n|---|---:|\n"
           f"| native one-text embedding (in this process) | {p50['native']:.2f} |\n"
-          f"| vector (k=10, exact) | {p50['vector']:.2f} |\n"
+          f"| vector (k=10, exact), a constant vector | {p50['vector']:.2f} |\n"
+          f"| vector (k=10, exact), the text's embedding | {p50['same']:.2f} |\n"
           f"| text (k=10, embedded by the server) | {p50['text']:.2f} |\n"
-          f"| bound: vector p50 + native embedding + 1 ms | {bound:.2f} |")
+          f"| bound: vector p50 (same vector) + native embedding + 1 ms | {bound:.2f} |")
+
 
 if __name__ == "__main__":
     main()
