@@ -90,6 +90,18 @@ def backfill(server, table, column):
     return time.perf_counter() - start
 
 
+def model_table(server, rows):
+    """Registers minilm and makes table `b$t` of `rows` (id, text) with a model column `vec`
+    of the text, not yet computed."""
+    upload(server, read(ONNX))
+    upload(server, read(TOKENIZER))
+    server.post("/v1/model/minilm/create", manifest())
+    server.post("/v1/namespace/b/create")
+    server.create_table("b$t", pa.table({"id": list(range(len(rows))), "text": rows}))
+    server.post("/v1/table/b$t/add_columns", {"new_columns": [{"name": "vec", "virtual_column": {
+        "input_columns": ["text"], "udf_backend": "model", "udf_name": "minilm", "outputs": []}}]})
+
+
 def query_seconds(server, table, body):
     req = urllib.request.Request(server.base + f"/v1/table/{table}/query", data=json.dumps(body).encode(),
                                  method="POST", headers={"content-type": "application/json",
@@ -144,13 +156,7 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         s = Lancet(d, args=["--onnxruntime", ORT, "--tenant-model-tokens-per-sec", "0"])
         try:
-            upload(s, read(ONNX))
-            upload(s, read(TOKENIZER))
-            s.post("/v1/model/minilm/create", manifest())
-            s.post("/v1/namespace/b/create")
-            s.create_table("b$t", pa.table({"id": list(range(ROWS)), "text": rows}))
-            s.post("/v1/table/b$t/add_columns", {"new_columns": [{"name": "vec", "virtual_column": {
-                "input_columns": ["text"], "udf_backend": "model", "udf_name": "minilm", "outputs": []}}]})
+            model_table(s, rows)
             if "column" in PATHS:
                 took = backfill(s, "b$t", "vec")
                 measured("Lancet model column (backfill job)", ROWS / took)

@@ -191,9 +191,9 @@ fn session(name: &str, bytes: &[u8], threads: usize) -> Result<Session, ModelErr
         .with_inter_threads(1)
         .map_err(options)?
         // With more than one thread, ONNX Runtime's pool threads spin after each parallel
-        // section, taking a core from the query that follows an embedding (a text query's
-        // search ran 13 ms slower at --model-threads 2; see bench/RESULTS.md). Sleeping
-        // costs a wake-up per section instead.
+        // section, taking a core from the query that follows an embedding (at --model-threads
+        // 2 a text query's search ran 13 ms slower than the same vector's; bench/RESULTS.md).
+        // Sleeping costs a wake-up per section instead.
         .with_intra_op_spinning(false)
         .map_err(options)?;
     builder.commit_from_memory(bytes).map_err(not_loaded)
