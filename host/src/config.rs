@@ -84,7 +84,8 @@ pub struct ServeConfig {
     /// Largest accepted request body, in MiB.
     #[arg(long, env = "LANCET_MAX_BODY_MB", default_value_t = 512)]
     pub max_body_mb: usize,
-    /// Wall-time limit of one UDF call, in milliseconds.
+    /// Time limit of one UDF call, in milliseconds of the guest's CPU time (wall time is bounded
+    /// at 10 times it).
     #[arg(long, env = "LANCET_UDF_TIMEOUT_MS", default_value_t = 10_000)]
     pub udf_timeout_ms: u64,
     /// Linear-memory cap of one UDF instance, in MiB.

@@ -111,7 +111,7 @@ pub(crate) fn guest_embed(mut caller: Caller<'_, HostState>, ptr: i32, len: i32)
     let Some(embedder) = ctx.embedder else {
         return stage_error(&mut caller, "this server runs no embedding models".into());
     };
-    let started = std::time::Instant::now();
+    let started = crate::engine::Mark::now();
     let answer = embedder.embed(&ctx.tenant, &model, texts);
     caller.data_mut().clock.add_host_time(started.elapsed());
     match answer {

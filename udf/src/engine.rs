@@ -267,42 +267,108 @@ mod tests {
     }
 }
 
-/// A guest call's own time: wall time since the call was armed, less the time spent in host
-/// calls (a model's `embed`), which the guest's limit does not count: each host call has its
+/// A guest call's own time, host calls (a model's `embed`) excluded: each host call has its
 /// own deadline, and a batch the host embeds for a guest must not use up the guest's time.
+///
+/// The limit counts the CPU time of the thread running the guest, not wall time: a backfill's
+/// calls run on low-priority threads, and on a machine busy with requests such a thread may get
+/// a few percent of a core, so a call needing 0.3 s of CPU could pass a 10 s wall limit and
+/// fail, not retryably, for load another tenant made. Wall time is still bounded, at
+/// [`WALL_FACTOR`] times the limit, so a call starved for good also ends. The epoch callback
+/// runs on the guest's own thread (calls are synchronous), so the thread clock read there is
+/// the guest's.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct GuestClock {
-    armed_at: std::time::Instant,
+    armed: Mark,
     timeout: Duration,
-    host: Duration,
+    host: Spent,
+}
+
+/// A call may take this many times its time limit in wall time before it is stopped, however
+/// little CPU it got.
+pub(crate) const WALL_FACTOR: u32 = 10;
+
+/// Where a thread's two clocks stood.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Mark {
+    wall: std::time::Instant,
+    cpu: Duration,
+}
+
+/// Time between two marks on one thread.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Spent {
+    wall: Duration,
+    cpu: Duration,
+}
+
+impl Mark {
+    pub(crate) fn now() -> Self {
+        Self {
+            wall: std::time::Instant::now(),
+            cpu: thread_cpu_time(),
+        }
+    }
+
+    /// Time since this mark, read on the thread that made it.
+    pub(crate) fn elapsed(&self) -> Spent {
+        Spent {
+            wall: self.wall.elapsed(),
+            cpu: thread_cpu_time().saturating_sub(self.cpu),
+        }
+    }
+}
+
+/// CPU time the calling thread has used. Where the platform has no thread clock, wall time
+/// since the first read stands in (the limit is then a wall-time limit, as it used to be).
+fn thread_cpu_time() -> Duration {
+    #[cfg(unix)]
+    {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant.
+        if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } == 0 {
+            return Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32);
+        }
+    }
+    static START: OnceLock<std::time::Instant> = OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed()
 }
 
 impl GuestClock {
     pub(crate) fn new(timeout: Duration) -> Self {
         Self {
-            armed_at: std::time::Instant::now(),
+            armed: Mark::now(),
             timeout,
-            host: Duration::ZERO,
+            host: Spent::default(),
         }
     }
 
-    /// A new call starts with `timeout` of guest time.
+    /// A new call starts with `timeout` of guest time. Called on the thread that runs it.
     pub(crate) fn arm(&mut self, timeout: Duration) {
         *self = Self::new(timeout);
     }
 
-    pub(crate) fn add_host_time(&mut self, spent: Duration) {
-        self.host += spent;
+    pub(crate) fn add_host_time(&mut self, spent: Spent) {
+        self.host.wall += spent.wall;
+        self.host.cpu += spent.cpu;
     }
 
     /// At the epoch deadline: go on for the guest time left, or stop the guest (a trap its
     /// caller reports as the time limit).
     pub(crate) fn on_deadline(&self) -> wasmtime::UpdateDeadline {
-        let used = self.armed_at.elapsed().saturating_sub(self.host);
-        if used >= self.timeout {
+        let spent = self.armed.elapsed();
+        let cpu = spent.cpu.saturating_sub(self.host.cpu);
+        let wall = spent.wall.saturating_sub(self.host.wall);
+        let wall_bound = self.timeout.saturating_mul(WALL_FACTOR);
+        if cpu >= self.timeout || wall >= wall_bound {
             wasmtime::UpdateDeadline::Interrupt
         } else {
-            wasmtime::UpdateDeadline::Continue(deadline_ticks(self.timeout - used))
+            // Ticks are wall time: the CPU time left is the soonest the limit can be reached.
+            let left = (self.timeout - cpu).min(wall_bound - wall);
+            wasmtime::UpdateDeadline::Continue(deadline_ticks(left))
         }
     }
 }
@@ -311,21 +377,55 @@ impl GuestClock {
 mod clock_tests {
     use super::*;
 
+    fn spin(d: Duration) {
+        let m = Mark::now();
+        while m.elapsed().cpu < d {
+            std::hint::black_box(0u64);
+        }
+    }
+
     #[test]
-    fn host_time_is_not_the_guests() {
+    fn cpu_time_counts_and_host_time_does_not() {
         let mut c = GuestClock::new(Duration::from_millis(20));
-        std::thread::sleep(Duration::from_millis(30));
+        spin(Duration::from_millis(30));
         assert!(matches!(
             c.on_deadline(),
             wasmtime::UpdateDeadline::Interrupt
         ));
-        // The same wall time, spent in a host call: the guest still has time left.
-        c.add_host_time(Duration::from_millis(30));
+        // The same time, spent in a host call: the guest still has time left.
+        c.add_host_time(Spent {
+            wall: Duration::from_secs(1),
+            cpu: Duration::from_secs(1),
+        });
         assert!(matches!(c.on_deadline(), wasmtime::UpdateDeadline::Continue(t) if t > 0));
         c.arm(Duration::from_millis(20));
         assert!(matches!(
             c.on_deadline(),
             wasmtime::UpdateDeadline::Continue(_)
         ));
+    }
+
+    #[test]
+    fn time_off_the_cpu_counts_only_up_to_the_wall_bound() {
+        // A starved thread looks like this one: wall time passes, little CPU time does.
+        let c = GuestClock::new(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(matches!(c.on_deadline(), wasmtime::UpdateDeadline::Continue(t) if t > 0));
+        std::thread::sleep(Duration::from_millis(20) * WALL_FACTOR);
+        assert!(matches!(
+            c.on_deadline(),
+            wasmtime::UpdateDeadline::Interrupt
+        ));
+    }
+
+    #[test]
+    fn the_thread_clock_is_this_threads() {
+        let m = Mark::now();
+        // Another thread's work is not ours.
+        std::thread::spawn(|| spin(Duration::from_millis(50)))
+            .join()
+            .unwrap();
+        assert!(m.elapsed().cpu < Duration::from_millis(40));
+        assert!(m.elapsed().wall >= Duration::from_millis(50));
     }
 }

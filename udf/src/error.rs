@@ -40,7 +40,10 @@ pub enum UdfError {
     Init { udf: String, message: String },
     #[error("UDF {udf} trapped: {message}")]
     Trap { udf: String, message: String },
-    #[error("UDF {udf} exceeded its time limit of {limit:?}")]
+    #[error(
+        "UDF {udf} exceeded its time limit of {limit:?} of CPU time ({wall:?} of wall time at most)",
+        wall = limit.saturating_mul(crate::engine::WALL_FACTOR)
+    )]
     Timeout { udf: String, limit: Duration },
     #[error("UDF {udf} exceeded its memory limit of {limit} bytes")]
     MemoryLimit { udf: String, limit: usize },

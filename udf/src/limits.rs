@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 /// a manifest can only lower them (see [`Limits::tightened_by`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
-    /// Wall time per guest call, enforced by epoch interruption (resolution: one tick, 5 ms).
+    /// Guest CPU time per call (wall time at most `engine::WALL_FACTOR` times it), enforced
+    /// by epoch interruption (checked at the ticks, one each 5 ms of wall time).
     pub timeout: Duration,
     /// Cap on the instance's linear memory. Also bounded by the runtime's pool slot size
     /// (`RuntimeConfig::default_limits.max_memory_bytes`).

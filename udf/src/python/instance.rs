@@ -40,7 +40,7 @@ impl bindings::lancet::python::host::Host for PyState {
             .embedder
             .clone()
             .ok_or("this server runs no embedding models")?;
-        let started = std::time::Instant::now();
+        let started = crate::engine::Mark::now();
         let answer = embedder.embed(&self.tenant, &model, texts);
         self.clock.add_host_time(started.elapsed());
         let (dimension, values) = answer?;
