@@ -4,6 +4,8 @@
 //! the same batches, both ways (the fastest of several passes), and the fixed cost of one call
 //! (a function returning its input). The sandboxed side runs twice: one call at a time, and
 //! pipelined (the next batch written while the worker computes, as a backfill drives it).
+//! Beside them, the floor of any worker that takes Arrow IPC through shared memory: its own
+//! steps per batch timed in-process, with no sandbox, host or pipe (see [`outside`]).
 //! Prints numbers; asserts nothing.
 //!
 //! `cargo run --release -p lancet-native --example native_bench [rows] [batch]` (default
@@ -122,6 +124,10 @@ fn main() {
         ("string batch", STRING_FN, Mode::Batch),
         ("identity", "def f(x):\n    return x\n", Mode::Batch),
     ] {
+        // `NATIVE_BENCH_ONLY=batch` runs one function (for a profiler).
+        if std::env::var("NATIVE_BENCH_ONLY").is_ok_and(|only| only != name) {
+            continue;
+        }
         let f = spec(src, mode);
         let [p1, pp] = measure(&pipes_only, &f, &batches, false);
         let [s1, sp] = measure(&sandbox, &f, &batches, true);
@@ -136,11 +142,13 @@ fn main() {
             );
             continue;
         }
-        let outside = outside(&python, &env, src, mode == Mode::Row, rows, batch);
+        let [outside, floor] = outside(&python, &env, src, mode == Mode::Row, rows, batch);
         let ns = |t: f64| t * 1e9 / rows as f64;
         println!(
-            "{name} function, {rows} rows in {batch}-row batches: CPython outside {:.0} ns/row; sandboxed ns/row (throughput vs outside): pipes one at a time {:.0} ({:.2}x), pipes pipelined {:.0} ({:.2}x), shared memory one at a time {:.0} ({:.2}x), shared memory pipelined {:.0} ({:.2}x)",
+            "{name} function, {rows} rows in {batch}-row batches: CPython outside {:.0} ns/row; a worker's own steps in-process (no sandbox, no host) {:.0} ({:.2}x); sandboxed ns/row (throughput vs outside): pipes one at a time {:.0} ({:.2}x), pipes pipelined {:.0} ({:.2}x), shared memory one at a time {:.0} ({:.2}x), shared memory pipelined {:.0} ({:.2}x)",
             ns(outside),
+            ns(floor),
+            outside / floor,
             ns(p1),
             outside / p1,
             ns(pp),
@@ -209,16 +217,43 @@ fn measure(sandbox: &Sandbox, spec: &FunctionSpec, batches: &[RecordBatch], shm:
 
 /// Seconds the same CPython takes for the same work in-process (no sandbox, no IPC): per batch,
 /// Python values out, the function, an int64 array back (row); or the function on the array.
-fn outside(python: &Path, env: &Path, src: &str, row: bool, rows: usize, batch: usize) -> f64 {
+/// Second, the floor of any worker fed Arrow IPC through shared memory: the same CPython, no
+/// sandbox, no host, no pipes, timing only a worker's own steps per batch (copy the message
+/// out of a memory file, read it, the function, serialize the result, copy it into the file),
+/// the messages having been put there untimed.
+fn outside(python: &Path, env: &Path, src: &str, row: bool, rows: usize, batch: usize) -> [f64; 2] {
     let script = format!(
-        "import sys, time\nsys.path.insert(0, {env:?})\nimport pyarrow as pa\n{src}\n\
+        "import sys, time, mmap, os\nsys.path.insert(0, {env:?})\nimport pyarrow as pa\n{src}\n\
          batches = [pa.array([i % 1000 for i in range(s, min(s + {batch}, {rows}))], pa.int64()) for s in range(0, {rows}, {batch})]\n\
+         def run(b):\n\
+         \x20   return pa.array([None if v is None else f(v) for v in b.to_pylist()], pa.int64()) if {row} else f(b)\n\
          passes = []\n\
          for _ in range({PASSES}):\n\
          \x20   t = time.perf_counter()\n\
          \x20   for b in batches:\n\
-         \x20       out = pa.array([None if v is None else f(v) for v in b.to_pylist()], pa.int64()) if {row} else f(b)\n\
+         \x20       out = run(b)\n\
          \x20   passes.append(time.perf_counter() - t)\n\
+         print(min(passes))\n\
+         schema = pa.schema([('x', pa.int64())])\n\
+         out_schema = pa.schema([('out', pa.int64())])\n\
+         msgs = [pa.RecordBatch.from_arrays([b], schema=schema).serialize() for b in batches]\n\
+         slot = max(m.size for m in msgs) * 2\n\
+         fd = os.memfd_create('bench')\n\
+         os.ftruncate(fd, 8 * slot)\n\
+         shm = memoryview(mmap.mmap(fd, 8 * slot))\n\
+         passes = []\n\
+         for _ in range({PASSES}):\n\
+         \x20   took = 0.0\n\
+         \x20   for i, m in enumerate(msgs):\n\
+         \x20       at = i % 4 * slot\n\
+         \x20       shm[at:at + m.size] = memoryview(m).cast('B')\n\
+         \x20       t = time.perf_counter()\n\
+         \x20       b = pa.ipc.read_record_batch(pa.py_buffer(bytearray(shm[at:at + m.size])), schema)\n\
+         \x20       data = pa.RecordBatch.from_arrays([run(b.column(0))], schema=out_schema).serialize()\n\
+         \x20       back = (4 + i % 4) * slot\n\
+         \x20       shm[back:back + data.size] = memoryview(data).cast('B')\n\
+         \x20       took += time.perf_counter() - t\n\
+         \x20   passes.append(took)\n\
          print(min(passes))\n",
         env = env.display().to_string(),
         row = if row { "True" } else { "False" },
@@ -232,5 +267,7 @@ fn outside(python: &Path, env: &Path, src: &str, row: bool, rows: usize, batch: 
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut seconds = text.lines().map(|l| l.trim().parse::<f64>().unwrap());
+    [seconds.next().unwrap(), seconds.next().unwrap()]
 }
