@@ -352,7 +352,7 @@ async fn udf_limits_and_instances_are_per_tenant() {
     assert_eq!(calls["tight"], vec![1, 2, 3]);
     assert_eq!(calls["roomy"], vec![1, 1, 1]);
 
-    // tight's wall-time limit is its own: a spinning UDF fails at 300 ms, naming the limit.
+    // tight's time limit is its own: a spinning UDF fails at 300 ms of CPU, naming the limit.
     let h = s.with_key(&s.new_key("tight", "write", &[]).await);
     let vc = virtual_column("misbehave", "spin", &["id"]);
     let (status, v) = h
