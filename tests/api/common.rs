@@ -105,6 +105,11 @@ impl Server {
             // Background upkeep commits on its own schedule; tests that count versions or
             // fragments would race it. The upkeep tests turn it back on.
             .env("LANCET_UPKEEP", "false")
+            // Jobs at normal CPU priority: the suite runs many servers side by side, and at
+            // nice 19 one test's jobs get ~1.5% of a core another test's server keeps busy, so
+            // its deadlines fail for load it did not make (seen in CI). Priority is a policy
+            // between one server's requests and its own jobs, tested in host/src/background.rs.
+            .env("LANCET_BACKGROUND_PRIORITY", "normal")
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
         for (k, v) in env {

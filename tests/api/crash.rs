@@ -539,10 +539,6 @@ async fn sigkill_at_random_moments_loses_no_acknowledged_write_and_applies_nothi
         &[
             ("LANCET_FAULT_INJECTION", "1"),
             ("LANCET_FAULT_UPKEEP_DELAY_MS", "150"),
-            // The backfill and upkeep must finish within this test's deadlines while the
-            // rest of the suite loads the machine; at nice 19 they get ~1.5% of a busy core
-            // (seen failing a cold CI). What is tested here is crash safety, not priority.
-            ("LANCET_BACKGROUND_PRIORITY", "normal"),
         ],
     )
     .await;

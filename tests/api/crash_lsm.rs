@@ -45,10 +45,6 @@ async fn sigkill_during_lsm_writes_loses_no_acknowledged_upsert_and_doubles_none
             ("LANCET_UPKEEP_INTERVAL", "100ms"),
             ("LANCET_UPKEEP_QUIET_AFTER", "300ms"),
             ("LANCET_LSM_RECLAIM_AFTER", "0s"),
-            // Merges must keep up within this test's deadlines while the rest of the suite
-            // loads the machine (at nice 19 they did not, in a cold CI): crash safety is
-            // tested here, not priority.
-            ("LANCET_BACKGROUND_PRIORITY", "normal"),
         ],
     )
     .await;

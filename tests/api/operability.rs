@@ -121,6 +121,8 @@ impl Logged {
             .arg(dir.path().join("data"))
             .args(args)
             .env("LANCET_BOOTSTRAP_KEY", ADMIN_KEY)
+            // As `common::Server` (why there).
+            .env("LANCET_BACKGROUND_PRIORITY", "normal")
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).unwrap());
         for (k, v) in env {

@@ -34,7 +34,11 @@ class Lancet:
             stdout=subprocess.PIPE,
             stderr=open(os.environ["LANCET_STDERR"], "a") if os.environ.get("LANCET_STDERR") else subprocess.DEVNULL,
             text=True,
-            env={**os.environ, "LANCET_BOOTSTRAP_KEY": ADMIN_KEY, **(env or {})},
+            # Jobs at normal CPU priority: the suite runs servers side by side, and at nice 19
+            # one test's jobs starve while another test's server is busy (see
+            # tests/api/common.rs). Priority itself is tested in host/src/background.rs.
+            env={**os.environ, "LANCET_BOOTSTRAP_KEY": ADMIN_KEY,
+                 "LANCET_BACKGROUND_PRIORITY": "normal", **(env or {})},
         )
         line = self.proc.stdout.readline().strip()
         while line and not line.startswith("listening on "):

@@ -14,7 +14,8 @@ export async function start(args = []) {
   const data = mkdtempSync(join(tmpdir(), "lancet-ts-"));
   const bin = process.env.LANCET_BIN || "lancet";
   const proc = spawn(bin, ["serve", "--addr", "127.0.0.1:0", "--data", data, ...args], {
-    env: { ...process.env, LANCET_BOOTSTRAP_KEY: KEY },
+    // Jobs at normal CPU priority, as in the other suites (why: tests/api/common.rs).
+    env: { ...process.env, LANCET_BOOTSTRAP_KEY: KEY, LANCET_BACKGROUND_PRIORITY: "normal" },
     stdio: ["ignore", "pipe", "ignore"],
   });
   const lines = createInterface({ input: proc.stdout });
