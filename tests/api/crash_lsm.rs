@@ -209,7 +209,9 @@ async fn sigkill_during_lsm_writes_loses_no_acknowledged_upsert_and_doubles_none
         let d = s.wait_job(id).await;
         assert_eq!(d["job_state"], "DONE", "{d}");
     }
-    let deadline = Instant::now() + Duration::from_secs(60);
+    // Bounded by passes, not wall time: each pass waits for its job, so a slow or loaded
+    // machine only makes them take longer (a 60 s deadline failed on one).
+    let mut passes = 0;
     loop {
         let stats = s.ok("/v1/table/w/get_lsm_stats", json!({})).await;
         let waiting = stats["lsm_stats"]["buckets"]
@@ -220,10 +222,8 @@ async fn sigkill_during_lsm_writes_loses_no_acknowledged_upsert_and_doubles_none
         if !waiting {
             break;
         }
-        assert!(
-            Instant::now() < deadline,
-            "generations never merged: {stats}"
-        );
+        passes += 1;
+        assert!(passes <= MERGE_PASSES, "generations never merged: {stats}");
         let job = s.ok("/v1/table/w/compact_lsm", json!({})).await;
         if let Some(id) = job["job_id"].as_str() {
             s.wait_job(id).await;
@@ -242,8 +242,9 @@ async fn sigkill_during_lsm_writes_loses_no_acknowledged_upsert_and_doubles_none
     // then every row must still be there.
     // (Upkeep runs passes too; a request that finds one running gets no job of its own.)
     let before = crate::lsm_lifecycle::mem_wal_files(s.data_dir());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while crate::lsm_lifecycle::mem_wal_files(s.data_dir()).0 > 0 && Instant::now() < deadline {
+    let mut passes = 0;
+    while crate::lsm_lifecycle::mem_wal_files(s.data_dir()).0 > 0 && passes < MERGE_PASSES {
+        passes += 1;
         let job = s.ok("/v1/table/w/compact_lsm", json!({})).await;
         match job["job_id"].as_str() {
             Some(id) => drop(s.wait_job(id).await),
@@ -274,3 +275,8 @@ async fn sigkill_during_lsm_writes_loses_no_acknowledged_upsert_and_doubles_none
     );
     assert!(stats.kills >= kills.min(1));
 }
+
+/// Compaction passes the end of the crash test may take to merge, then reclaim, what the run
+/// left (a pass that finds upkeep's own running waits 200 ms and counts too). Two or three do
+/// it on any machine; the rest is headroom.
+const MERGE_PASSES: usize = 300;

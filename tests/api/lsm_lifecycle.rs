@@ -43,7 +43,7 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     out
 }
 
-async fn compact_lsm(s: &Handle, table: &str) -> Value {
+pub(crate) async fn compact_lsm(s: &Handle, table: &str) -> Value {
     let job = s
         .ok(&format!("/v1/table/{table}/compact_lsm"), json!({}))
         .await;

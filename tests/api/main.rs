@@ -25,6 +25,7 @@ mod job_control;
 mod jobs;
 mod lsm;
 mod lsm_lifecycle;
+mod lsm_races;
 mod metadata;
 mod multipart;
 mod namespaces;

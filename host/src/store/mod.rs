@@ -337,7 +337,7 @@ impl Store {
             .retain(|(loc, _), _| loc != location);
         // Shard writers of a dropped table: their WAL is gone with it.
         for writer in self.lsm.take_all(location) {
-            lsm::retire(writer);
+            lsm::retire(writer, lsm::Ending::Abort);
         }
     }
 

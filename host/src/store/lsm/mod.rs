@@ -10,9 +10,12 @@
 //! A shard's writer lives in the process that last claimed the shard's epoch (lance's fencing:
 //! a claim replays the shard's WAL and fences the previous holder out). A write or read on a
 //! node that does not hold a shard claims it; a holder that finds itself fenced reopens
-//! (claiming back) and retries once, so an acknowledged write is never lost to a takeover.
+//! (claiming back) and writes again. A write is acknowledged only once its writer is confirmed
+//! the shard's owner after its WAL entry was stored (owner.rs), so an acknowledged write is
+//! never lost to a takeover, an unset or reclaim, whatever files they removed.
 
 mod compact;
+mod owner;
 mod read;
 mod reclaim;
 mod seal;
@@ -65,7 +68,7 @@ impl LsmTable {
 const SHARD_SEED_KEY: &str = "lancet.shard_seed";
 
 /// A shard's writer, opened once however many requests ask for it at the same moment.
-type WriterCell = Arc<tokio::sync::OnceCell<Arc<ShardWriter>>>;
+type WriterCell = Arc<tokio::sync::OnceCell<Arc<owner::Owned>>>;
 
 /// Shard writers held by this process, by (table location, shard id).
 pub struct Writers {
@@ -138,7 +141,7 @@ impl Writers {
             .unwrap()
             .iter()
             .filter(|((l, _), _)| l == location)
-            .filter_map(|(_, cell)| cell.get().cloned())
+            .filter_map(|(_, cell)| cell.get().map(|o| o.writer.clone()))
             .collect()
     }
 
@@ -147,21 +150,21 @@ impl Writers {
             .lock()
             .unwrap()
             .get(&(location.to_string(), shard))
-            .and_then(|cell| cell.get().cloned())
+            .and_then(|cell| cell.get().map(|o| o.writer.clone()))
     }
 
-    /// Forget a writer (fenced out or poisoned); the next use opens a new one, and this one is
-    /// retired.
+    /// Forget a writer that lost its shard (fenced out, poisoned, or its files removed); the
+    /// next use opens a new one, and this one is aborted.
     fn drop_writer(&self, location: &str, shard: Uuid, writer: &Arc<ShardWriter>) {
         let mut open = self.open.lock().unwrap();
         let key = (location.to_string(), shard);
         if open
             .get(&key)
             .and_then(|c| c.get())
-            .is_some_and(|w| Arc::ptr_eq(w, writer))
+            .is_some_and(|o| Arc::ptr_eq(&o.writer, writer))
         {
             open.remove(&key);
-            retire(writer.clone());
+            retire(writer.clone(), Ending::Abort);
         }
     }
 
@@ -174,7 +177,10 @@ impl Writers {
             .cloned()
             .collect();
         keys.into_iter()
-            .filter_map(|k| open.remove(&k).and_then(|c| c.get().cloned()))
+            .filter_map(|k| {
+                open.remove(&k)
+                    .and_then(|c| c.get().map(|o| o.writer.clone()))
+            })
             .collect()
     }
 }
@@ -290,6 +296,23 @@ impl Store {
         field_values: Option<HashMap<String, Vec<u8>>>,
         purpose: Purpose,
     ) -> ApiResult<Arc<ShardWriter>> {
+        let owned = self
+            .shard_owner(location, ds, installed, shard, field_values, purpose)
+            .await?;
+        Ok(owned.writer.clone())
+    }
+
+    /// [`Self::shard_writer`], with what this process has confirmed of its ownership (what a
+    /// write needs before it is acknowledged: owner.rs).
+    async fn shard_owner(
+        &self,
+        location: &str,
+        ds: &Dataset,
+        installed: &Installed,
+        shard: Uuid,
+        field_values: Option<HashMap<String, Vec<u8>>>,
+        purpose: Purpose,
+    ) -> ApiResult<Arc<owner::Owned>> {
         let cell = {
             let mut open = self.lsm.open.lock().unwrap();
             let key = (location.to_string(), shard);
@@ -351,16 +374,17 @@ impl Store {
                     }
                 })?);
                 if unset {
-                    return Ok(writer);
+                    return Ok(Arc::new(owner::Owned::new(writer)));
                 }
                 if self.lsm_unsetting(ds).await? {
-                    retire(writer);
+                    // What it replayed stays in the WAL, for the unset's next claim.
+                    retire(writer, Ending::Abort);
                     return Err(seal::unsetting_error());
                 }
                 // A write that trusted a view of the spec up to SPEC_TRUST old may meet a
                 // table whose spec was unset (or set again) since: its rows would land in a
-                // WAL nobody reads. Checked once per writer opened (every writer of an unset
-                // table was fenced, so every write after an unset opens one).
+                // WAL nobody reads. Checked once per writer opened; a writer held from before
+                // the unset is caught after its append instead (owner.rs).
                 let now = self.latest(location, None).await?;
                 let current = self.lsm_installed(&now).await?;
                 if current.as_ref().map(Installed::seed) != Some(installed.seed()) {
@@ -368,7 +392,11 @@ impl Store {
                         &ds.branch_location().path,
                         &shard,
                     );
-                    retire(writer);
+                    // Nothing of it may reach the directory removed next.
+                    if let Err(e) = writer.abort().await {
+                        tracing::debug!(%location, %shard, error = %e, "aborting a shard opened after its spec went");
+                    }
+                    drop(writer);
                     if let Ok(store) = ds.object_store(None).await
                         && let Err(e) = store.remove_dir_all(shard_dir).await
                     {
@@ -379,7 +407,7 @@ impl Store {
                          is acknowledged; retry",
                     ));
                 }
-                Ok::<_, ApiError>(writer)
+                Ok::<_, ApiError>(Arc::new(owner::Owned::new(writer)))
             })
             .await;
         match writer {
@@ -519,7 +547,7 @@ impl Store {
                 // A request still running holds it: flush now, close once it is done.
                 Err(shared) => {
                     let fence = shared.force_freeze_active().await;
-                    retire(shared);
+                    retire(shared, Ending::Close);
                     fence
                         .map_err(ApiError::from)?
                         .wait()
@@ -579,20 +607,34 @@ struct Claimed {
     sealed: Vec<lance_index::mem_wal::ShardManifest>,
 }
 
-/// Close a writer taken out of the registry once nothing else holds it. A lance shard writer
-/// runs background tasks (WAL ticker, flush handlers) until it is closed; dropping it would
-/// leave them running.
-pub(super) fn retire(writer: Arc<ShardWriter>) {
+/// How a writer taken out of the registry ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Ending {
+    /// Flush its memtable into a generation, then stop (a writer that still owns its shard).
+    Close,
+    /// Stop without writing anything (lance's `abort`): a writer that lost its shard, or
+    /// whose files are being removed. What it holds is either in the WAL its successor
+    /// replayed or was never acknowledged (owner.rs); a flush would only write files into a
+    /// shard it no longer owns, or into a directory just removed.
+    Abort,
+}
+
+/// End a writer taken out of the registry once nothing else holds it. A lance shard writer
+/// runs background tasks (WAL ticker, flush handlers) until it is closed or aborted; dropping
+/// it would leave them running.
+pub(super) fn retire(writer: Arc<ShardWriter>, ending: Ending) {
     tokio::spawn(async move {
         let mut writer = writer;
         loop {
             match Arc::try_unwrap(writer) {
                 Ok(w) => {
                     let shard = w.shard_id();
-                    // A fenced writer cannot flush; its rows are in the WAL the new holder
-                    // replayed, and its tasks stop all the same.
-                    if let Err(e) = w.close().await {
-                        tracing::debug!(%shard, error = %e, "retired shard writer closed with an error");
+                    let ended = match ending {
+                        Ending::Close => w.close().await,
+                        Ending::Abort => w.abort().await,
+                    };
+                    if let Err(e) = ended {
+                        tracing::debug!(%shard, error = %e, ?ending, "retired shard writer ended with an error");
                     }
                     return;
                 }

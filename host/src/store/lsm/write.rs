@@ -10,6 +10,7 @@ use lance::dataset::mem_wal::evaluate_sharding_spec;
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
+use super::owner::Ownership;
 use super::{Installed, LsmTable, SHARD_SEED_KEY, lost_ownership, require};
 use crate::error::{ApiError, ApiResult};
 use crate::store::{RowHook, Store, require_rows};
@@ -109,9 +110,11 @@ impl Store {
         Ok(())
     }
 
-    /// One shard's rows to its writer. A writer that lost its shard (a peer claimed it, or
-    /// its WAL write failed) is replaced by a new claim and the rows written again: an upsert
-    /// or tombstone written twice is the same state.
+    /// One shard's rows to its writer, acknowledged only once the writer is confirmed still
+    /// the shard's owner after its WAL entry was stored (owner.rs). A writer that lost its
+    /// shard (a peer claimed it, its WAL write failed, or its files were removed under it) is
+    /// replaced by a new claim and the rows written again: an upsert or tombstone written
+    /// twice is the same state.
     async fn put_shard(
         &self,
         location: &str,
@@ -121,10 +124,10 @@ impl Store {
         rows: ShardRows,
         tombstones: bool,
     ) -> ApiResult<()> {
-        let mut last = None;
+        let mut last = String::new();
         for _ in 0..3 {
-            let writer = self
-                .shard_writer(
+            let owned = self
+                .shard_owner(
                     location,
                     ds,
                     installed,
@@ -133,22 +136,30 @@ impl Store {
                     super::Purpose::Use,
                 )
                 .await;
-            let writer = match writer {
-                Ok(writer) => writer,
+            let owned = match owned {
+                Ok(owned) => owned,
                 Err(e) => return Err(self.failed_in_spec_change(location, ds, installed, e).await),
             };
+            let writer = &owned.writer;
+            hold_for_tests().await;
             let result = if tombstones {
                 writer.delete(rows.batches.clone()).await
             } else {
                 writer.put(rows.batches.clone()).await
             };
-            match result {
-                Ok(_) => return Ok(()),
-                Err(e) if lost_ownership(&e) => {
-                    tracing::info!(%location, %shard, error = %e, "shard writer lost its shard; claiming it again");
-                    self.lsm.drop_writer(location, shard, &writer);
-                    last = Some(e);
-                }
+            let failure = match result {
+                Ok(_) => match owned.confirm(std::time::Instant::now()).await {
+                    Ok(Ownership::Held) => return Ok(()),
+                    Ok(Ownership::Lost) => {
+                        "the shard was claimed or removed before its WAL entry was confirmed"
+                            .to_string()
+                    }
+                    Err(e) => {
+                        let e = ApiError::from(e);
+                        return Err(self.failed_in_spec_change(location, ds, installed, e).await);
+                    }
+                },
+                Err(e) if lost_ownership(&e) => e.to_string(),
                 Err(e) if e.is_backpressure() => {
                     return Err(ApiError::unavailable(format!(
                         "shard {shard} holds as many unflushed rows as it may: retry shortly ({e})"
@@ -158,13 +169,35 @@ impl Store {
                     let e = ApiError::from(e);
                     return Err(self.failed_in_spec_change(location, ds, installed, e).await);
                 }
-            }
+            };
+            tracing::info!(%location, %shard, error = %failure, "shard writer lost its shard; claiming it again");
+            self.lsm.drop_writer(location, shard, writer);
+            last = failure;
         }
         Err(ApiError::unavailable(format!(
             "shard {shard} kept changing hands during this write (nothing of it is \
-             acknowledged; retry): {}",
-            last.map(|e| e.to_string()).unwrap_or_default()
+             acknowledged; retry): {last}"
         )))
+    }
+}
+
+/// Test-only fault injection: with `LANCET_TEST_HOLD_LSM_WRITES` naming a file, every LSM
+/// write waits, after choosing its shard writer and before writing, for as long as that file
+/// exists, and says it is waiting by creating `<file>.reached`. It lets a test hold a write at
+/// the point where another node's unset can overtake it (tests/api/lsm_races.rs). Read once;
+/// unset in production.
+async fn hold_for_tests() {
+    static HOLD: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    let Some(path) = HOLD.get_or_init(|| {
+        std::env::var_os("LANCET_TEST_HOLD_LSM_WRITES").map(std::path::PathBuf::from)
+    }) else {
+        return;
+    };
+    if path.exists() {
+        let _ = std::fs::write(path.with_extension("reached"), b"");
+    }
+    while path.exists() {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
 
