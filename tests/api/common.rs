@@ -521,4 +521,40 @@ pub fn assert_error(status: u16, body: &Value, want_status: u16, want_code: u32)
         want_code as u64,
         "wrong code: {body}"
     );
+    assert_part7(status, body);
+}
+
+/// SEED-SPEC.md Part 7, as written there: the `type` and `title` of every status it names.
+/// Normative: what happened goes in `detail`, `error` and `code`, never in the title.
+pub const PART7: [(u16, &str, &str); 7] = [
+    (400, "/errors/bad-request", "Malformed request"),
+    (
+        401,
+        "/errors/unauthorized-request",
+        "No valid authentication credentials for the operation",
+    ),
+    (
+        403,
+        "/errors/forbidden-request",
+        "Not authorized to make this request",
+    ),
+    (404, "/errors/not-found-error", "Not found Error"),
+    (
+        409,
+        "/errors/conflict",
+        "The namespace has been concurrently modified",
+    ),
+    (500, "/errors/server-error", "Internal Server Error"),
+    (503, "/errors/service-unavailable", "Slow down"),
+];
+
+/// An error answer of a status Part 7 names has exactly its `type` and `title`.
+pub fn assert_part7(status: u16, body: &Value) {
+    if let Some((_, kind, title)) = PART7.iter().find(|(s, _, _)| *s == status) {
+        assert_eq!(
+            (body["type"].as_str(), body["title"].as_str()),
+            (Some(*kind), Some(*title)),
+            "status {status} must have Part 7's type and title: {body}"
+        );
+    }
 }

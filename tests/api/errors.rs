@@ -44,7 +44,9 @@ async fn not_found_everywhere() {
     assert_error(st, &b, 404, 8);
     assert_eq!(b["instance"], "/v1/table/t/tags/version");
     assert_eq!(b["type"], "/errors/not-found-error");
-    assert_eq!(b["title"], "Tag not found");
+    // The title is the status's (Part 7); what was not found is in the detail.
+    assert_eq!(b["title"], "Not found Error");
+    assert!(b["detail"].as_str().unwrap().contains("none"), "{b}");
 }
 
 #[tokio::test]

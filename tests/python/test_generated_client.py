@@ -326,3 +326,107 @@ def test_every_operation_through_the_generated_client(lancet):
     assert "gen" not in ns.list_namespaces("$").namespaces
 
     assert called == set(client_operations()), sorted(set(client_operations()) - called)
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors: SEED-SPEC.md Part 7 fixes `type` and `title` per status, whatever happened (issue 70).
+
+PART7 = {
+    400: ("/errors/bad-request", "Malformed request"),
+    401: ("/errors/unauthorized-request", "No valid authentication credentials for the operation"),
+    403: ("/errors/forbidden-request", "Not authorized to make this request"),
+    404: ("/errors/not-found-error", "Not found Error"),
+    409: ("/errors/conflict", "The namespace has been concurrently modified"),
+    500: ("/errors/server-error", "Internal Server Error"),
+    503: ("/errors/service-unavailable", "Slow down"),
+}
+
+
+def refused(call, status, *words):
+    """The generated client raises for `call`, with `status`, Part 7's type and title, and the
+    words of what happened in `detail` and `error`."""
+    from lance_namespace_urllib3_client.exceptions import ApiException
+    with pytest.raises(ApiException) as err:
+        call()
+    body = json.loads(err.value.body)
+    got = (err.value.status, body["status"], body["type"], body["title"])
+    assert got == (status, status, *PART7[status]), body
+    for word in words:
+        assert word in body["detail"] and word in body["error"], (word, body)
+    return body
+
+
+def test_every_error_has_part_7s_type_and_title(lancet):
+    client = ApiClient(Configuration(host=lancet.base, access_token=lancet.key))
+    ns, tables, tags = NamespaceApi(client), TableApi(client), TagApi(client)
+    query = QueryTableRequest(k=3, vector=QueryTableRequestVector())
+
+    # A missing table, on every table operation that names one (the 13 routes the seed's
+    # checks walk among them): 404 "Not found Error", the detail says what was not found.
+    g = "ghost"
+    for call in [
+        lambda: tables.describe_table(g, DescribeTableRequest()),
+        lambda: tables.table_exists(g, TableExistsRequest()),
+        lambda: tables.count_table_rows(g, CountTableRowsRequest()),
+        lambda: tables.query_table(g, query),
+        lambda: tables.explain_table_query_plan(g, ExplainTableQueryPlanRequest(query=query)),
+        lambda: tables.analyze_table_query_plan(g, AnalyzeTableQueryPlanRequest(k=3, vector=QueryTableRequestVector())),
+        lambda: tables.insert_into_table(g, ipc(rows(1))),
+        lambda: tables.merge_insert_into_table(g, ["id"], ipc(rows(1)), when_matched_update_all=True),
+        lambda: tables.update_table(g, UpdateTableRequest(predicate="id = 1", updates=[["text", "'x'"]])),
+        lambda: tables.delete_from_table(g, DeleteFromTableRequest(predicate="id = 1")),
+        lambda: tables.alter_table_add_columns(g, AlterTableAddColumnsRequest(
+            new_columns=[AddColumnsEntry(name="twice", expression="id * 2")])),
+        lambda: tables.alter_table_alter_columns(g, AlterTableAlterColumnsRequest(
+            alterations=[AlterColumnsEntry(path="id", rename="x")])),
+        lambda: tables.alter_table_drop_columns(g, AlterTableDropColumnsRequest(columns=["text"])),
+        lambda: tables.update_field_metadata(g, UpdateFieldMetadataRequest(
+            updates=[UpdateFieldMetadataEntry(path="id", metadata={"a": "b"})])),
+        lambda: tables.alter_table_backfill_columns(g, AlterTableBackfillColumnsRequest(column="v")),
+        lambda: tables.list_table_indices(g, ListTableIndicesRequest()),
+        lambda: tables.create_table_index(g, CreateTableIndexRequest(column="id", index_type="BTREE")),
+        lambda: tables.describe_table_index_stats(g, "idx", DescribeTableIndexStatsRequest()),
+        lambda: tables.get_table_stats(g, GetTableStatsRequest()),
+        lambda: tables.list_table_versions(g),
+        lambda: tables.describe_table_version(g, DescribeTableVersionRequest(version=1)),
+        lambda: tables.restore_table(g, RestoreTableRequest(version=1)),
+        lambda: tables.list_table_branches(g),
+        lambda: tables.create_table_branch(g, CreateTableBranchRequest(name="dev")),
+        lambda: tags.list_table_tags(g),
+        lambda: tags.get_table_tag_version(g, GetTableTagVersionRequest(tag="t")),
+        lambda: tags.create_table_tag(g, CreateTableTagRequest(tag="t", version=1)),
+        lambda: tables.rename_table(g, RenameTableRequest(new_table_name="g2")),
+        lambda: tables.deregister_table(g, DeregisterTableRequest()),
+        lambda: tables.drop_table(g),
+    ]:
+        refused(call, 404, "not found")
+    refused(lambda: ns.describe_namespace("nowhere", DescribeNamespaceRequest()), 404, "not found")
+
+    # Unknown field paths on an existing table: 400 "Malformed request" (code 12 says which).
+    tables.create_table("t", ipc(rows(3)))
+    for call in [
+        lambda: tables.alter_table_alter_columns("t", AlterTableAlterColumnsRequest(
+            alterations=[AlterColumnsEntry(path="nosuch", rename="x")])),
+        lambda: tables.alter_table_drop_columns("t", AlterTableDropColumnsRequest(columns=["nosuch"])),
+        lambda: tables.update_field_metadata("t", UpdateFieldMetadataRequest(
+            updates=[UpdateFieldMetadataEntry(path="nosuch", metadata={"a": "b"})])),
+        lambda: tables.query_table("t", QueryTableRequest(k=3, vector=QueryTableRequestVector(), filter="nosuch = 1")),
+        lambda: tables.count_table_rows("t", CountTableRowsRequest(predicate="nosuch = 1")),
+        lambda: tables.create_table_index("t", CreateTableIndexRequest(column="nosuch", index_type="BTREE")),
+    ]:
+        assert refused(call, 400, "nosuch")["code"] == 12
+    # Create of an existing table: a 400 whose words the lancedb SDKs recognise.
+    refused(lambda: tables.create_table("t", ipc(rows(1))), 400, "already exists")
+
+    # Conflicts: 409, titled as Part 7 says whatever the conflict.
+    tables.create_table_branch("t", CreateTableBranchRequest(name="dev"))
+    refused(lambda: tables.create_table_branch("t", CreateTableBranchRequest(name="dev")), 409, "dev")
+    ns.create_namespace("full", CreateNamespaceRequest())
+    tables.create_table("full$t", ipc(rows(1)))
+    refused(lambda: ns.drop_namespace("full", DropNamespaceRequest()), 409)
+
+    # No credential, and a read key on a write: 401 and 403.
+    anonymous = TableApi(ApiClient(Configuration(host=lancet.base)))
+    refused(lambda: anonymous.describe_table("t", DescribeTableRequest()), 401)
+    reader = TableApi(ApiClient(Configuration(host=lancet.base, access_token=lancet.new_key("default", "read"))))
+    refused(lambda: reader.drop_table("t"), 403)

@@ -20,58 +20,53 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// SEED-SPEC.md Part 7: the `type` and `title` of each status it names. Normative and fixed
+/// per status: what happened is said in `detail`, `error` and `code`, which clients read.
+pub const PART7: [(u16, &str, &str); 7] = [
+    (400, "/errors/bad-request", "Malformed request"),
+    (
+        401,
+        "/errors/unauthorized-request",
+        "No valid authentication credentials for the operation",
+    ),
+    (
+        403,
+        "/errors/forbidden-request",
+        "Not authorized to make this request",
+    ),
+    (404, "/errors/not-found-error", "Not found Error"),
+    (
+        409,
+        "/errors/conflict",
+        "The namespace has been concurrently modified",
+    ),
+    (500, "/errors/server-error", "Internal Server Error"),
+    (503, "/errors/service-unavailable", "Slow down"),
+];
+
+/// Part 7's type and title for `status`; statuses it does not name (answered by HTTP itself
+/// before any endpoint runs: an unknown method, a body too large or too slow, a range past a
+/// value's end) get their own, in the same shape.
 fn type_and_title(status: StatusCode) -> (&'static str, &'static str) {
-    match status.as_u16() {
-        400 => ("/errors/bad-request", "Malformed request"),
-        401 => (
-            "/errors/unauthorized-request",
-            "No valid authentication credentials for the operation",
-        ),
-        403 => (
-            "/errors/forbidden-request",
-            "Not authorized to make this request",
-        ),
-        404 => ("/errors/not-found-error", "Not found Error"),
+    let code = status.as_u16();
+    if let Some((_, kind, title)) = PART7.iter().find(|(s, _, _)| *s == code) {
+        return (kind, title);
+    }
+    match code {
         405 => ("/errors/method-not-allowed", "Method not allowed"),
-        409 => (
-            "/errors/conflict",
-            "The namespace has been concurrently modified",
-        ),
         408 => ("/errors/request-timeout", "Request timed out"),
         413 => ("/errors/payload-too-large", "Request body too large"),
-        503 => ("/errors/service-unavailable", "Slow down"),
-        s if s < 500 => ("/errors/bad-request", "Malformed request"),
-        _ => ("/errors/server-error", "Internal Server Error"),
+        416 => ("/errors/range-not-satisfiable", "Range not satisfiable"),
+        s if s < 500 => PART7_400,
+        _ => PART7_500,
     }
 }
 
-/// A title that says what happened where the status alone would mislead: the spec titles every
-/// 409 "The namespace has been concurrently modified", which is true of a lost race only.
-fn title_for(err: &ApiError) -> Option<&'static str> {
-    use ErrorCode::*;
-    Some(match err.code {
-        TableAlreadyExists => "Table already exists",
-        NamespaceAlreadyExists => "Namespace already exists",
-        TableIndexAlreadyExists => "Index already exists",
-        TableTagAlreadyExists => "Tag already exists",
-        TableBranchAlreadyExists => "Branch already exists",
-        NamespaceNotEmpty => "Namespace not empty",
-        InvalidTableState => "Invalid table state",
-        TableColumnNotFound => "Column not found",
-        TableNotFound => "Table not found",
-        NamespaceNotFound => "Namespace not found",
-        TableIndexNotFound => "Index not found",
-        TableTagNotFound => "Tag not found",
-        TableVersionNotFound => "Version not found",
-        TableBranchNotFound => "Branch not found",
-        TransactionNotFound => "Transaction not found",
-        _ => return None,
-    })
-}
+const PART7_400: (&str, &str) = (PART7[0].1, PART7[0].2);
+const PART7_500: (&str, &str) = (PART7[5].1, PART7[5].2);
 
 pub fn error_json(err: &ApiError, instance: &str) -> serde_json::Value {
     let (kind, title) = type_and_title(err.status);
-    let title = title_for(err).unwrap_or(title);
     json!({
         "type": kind,
         "title": title,
@@ -191,4 +186,39 @@ where
 /// Router fallback: an unknown route is a 404 in the error shape.
 pub async fn no_route() -> ApiError {
     ApiError::new(ErrorCode::Unsupported, "no such route").with_status(StatusCode::NOT_FOUND)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every code lance-namespace defines, under every status it can carry, renders
+    /// Part 7's type and title for that status: nothing of the code reaches the title.
+    #[test]
+    fn every_error_has_part_7s_type_and_title() {
+        for code in 0..=40u32 {
+            let Some(code) = ErrorCode::from_u32(code) else {
+                continue;
+            };
+            for (status, kind, title) in PART7 {
+                let err = ApiError::new(code, "what happened")
+                    .with_status(StatusCode::from_u16(status).unwrap());
+                let body = error_json(&err, "/v1/table/t/describe");
+                assert_eq!(body["type"], kind, "{body}");
+                assert_eq!(body["title"], title, "{body}");
+                assert_eq!(body["detail"], "what happened");
+                assert_eq!(body["error"], "what happened");
+            }
+            // And under the status the code maps to by default.
+            let err = ApiError::new(code, "x");
+            let status = err.status.as_u16();
+            let body = error_json(&err, "/");
+            if let Some((_, kind, title)) = PART7.iter().find(|(s, _, _)| *s == status) {
+                assert_eq!(
+                    (body["type"].as_str(), body["title"].as_str()),
+                    (Some(*kind), Some(*title))
+                );
+            }
+        }
+    }
 }
