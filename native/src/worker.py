@@ -7,6 +7,7 @@ import base64
 import json
 import os
 import pickle
+import signal
 import struct
 import sys
 import traceback
@@ -138,6 +139,46 @@ def load(setup):
     return obj
 
 
+def sandbox_processes():
+    """Every process of the sandbox but bwrap's init (1) and this worker. The sandbox has its own
+    PID namespace, so /proc lists only its processes."""
+    me = os.getpid()
+    return {int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)}
+
+
+KEPT = set()  # processes the function started while it was set up: its state, kept across calls
+
+
+def end_strays():
+    """Ends every process a call started in the sandbox and reaps the worker's children, before
+    the call is answered: a call's processes do not outlive it. Left alone, children that exit
+    stay zombies of this worker (nothing else waits for them) and count against its process
+    limit until its later calls cannot fork; ones still running would go on using its CPU and
+    memory between calls. What the function started at setup (a pool) is kept."""
+    for _ in range(16):
+        others = sandbox_processes() - KEPT
+        for pid in others:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        for pid in others:  # killed: those that are this worker's children are waited for
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass  # bwrap's init reaps the orphans
+        if not others:
+            break
+    while True:  # a kept process that exited is reaped too
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        KEPT.discard(pid)
+
+
 def compute(fn, setup, batch, out_type, pa):
     """(result, nulled rows, their first errors [(row, message)], error (message, row) or None)."""
     mode = setup["mode"]
@@ -201,6 +242,7 @@ def main():
         schema = pa.ipc.open_stream(pa.py_buffer(base64.b64decode(setup["output_schema"]))).schema
         ship_files(setup.get("files"))
         fn = load(setup)
+        KEPT.update(sandbox_processes())
     except BaseException as e:  # noqa: BLE001 - report, then exit
         fail(describe(e) + "\n" + traceback.format_exc(limit=-3))
         return
@@ -249,7 +291,10 @@ def main():
                 raise ValueError("a batch message before any schema")
             else:
                 batch = pa.ipc.read_record_batch(pa.py_buffer(payload), in_schema)
-            result, nulled, errors, error = compute(fn, setup, batch, out_type, pa)
+            try:
+                result, nulled, errors, error = compute(fn, setup, batch, out_type, pa)
+            finally:
+                end_strays()
         except Exception as e:  # noqa: BLE001
             fail(describe(e))
             continue

@@ -377,6 +377,57 @@ fn fork_and_memory_bombs_are_contained() {
 }
 
 #[test]
+fn a_calls_processes_do_not_outlive_the_call() {
+    // Call 1 forks 40 children that exit at once (zombies of the warm worker, before issue 70:
+    // nothing waited for them) and a daemon that double-forks a sleeper; call 2 counts what is
+    // left in the sandbox; call 3 forks 40 again, which a root server's limit of 64 processes
+    // per worker refuses while the first 40 still count.
+    let src = "import os, time
+def f(x):
+    if x in (1, 3):
+        for _ in range(40):
+            if os.fork() == 0:
+                os._exit(0)
+        if x == 1 and os.fork() == 0:
+            if os.fork() == 0:
+                time.sleep(600)
+            os._exit(0)
+        time.sleep(0.3)
+        return 40
+    return len([p for p in os.listdir('/proc') if p.isdigit() and int(p) not in (1, os.getpid())])
+";
+    let sb = sandbox(Limits::default());
+    let mut w = Worker::start(&sb, &source(src, "f", Mode::Row, DataType::Int64)).unwrap();
+    let mut call = |x: i64| {
+        let out = w.call(&ints(&[Some(x)])).unwrap().values;
+        out.as_any().downcast_ref::<Int64Array>().unwrap().value(0)
+    };
+    assert_eq!(call(1), 40);
+    assert_eq!(call(2), 0, "processes of the first call outlived it");
+    assert_eq!(call(3), 40, "the second wave could not fork");
+    assert_eq!(call(2), 0);
+
+    // What a class starts while it is set up (a pool, here one sleeper) is its state: kept.
+    let src = "import os, time
+class F:
+    def __init__(self):
+        self.child = os.fork()
+        if self.child == 0:
+            time.sleep(600)
+            os._exit(0)
+    def __call__(self, x):
+        alive = [p for p in os.listdir('/proc') if p.isdigit() and int(p) not in (1, os.getpid())]
+        return len(alive) * 100 + int(str(self.child) in alive)
+";
+    let mut w = Worker::start(&sb, &source(src, "F", Mode::Row, DataType::Int64)).unwrap();
+    for _ in 0..2 {
+        let out = w.call(&ints(&[Some(1)])).unwrap().values;
+        let got = out.as_any().downcast_ref::<Int64Array>().unwrap().value(0);
+        assert_eq!(got, 101, "the setup's process was ended");
+    }
+}
+
+#[test]
 fn an_endless_function_is_stopped_by_the_wall_clock_or_cpu_limit() {
     let limits = Limits {
         call_timeout: Duration::from_secs(2),
