@@ -292,3 +292,49 @@ def test_geneva_multi_column_udfs_fill_their_sibling_columns(server):
         assert "height" not in db.open_table("g").schema.names
     finally:
         db.close()
+
+
+def test_geneva_backfills_columns_it_did_not_define(server):
+    """Columns defined through the REST API (the seed's Python payload, `udf_backend: "python"`,
+    and a native-tier one) carry the field metadata Geneva's blocking `backfill()` reads first:
+    it finds a payload, skips its client-side check (the UDF is the server's), and the server
+    computes the column. The database's first job, so Geneva makes the job table itself."""
+    import base64
+    from lance_namespace_urllib3_client.models import (
+        AddColumnsEntry, AddVirtualColumnEntry, AddVirtualColumnOutputEntry,
+        AlterTableAddColumnsRequest,
+    )
+    server.post("/v1/namespace/seedcols/create")
+    db = geneva.connect("db://seedcols", api_key=server.key, host_override=server.base)
+    try:
+        t = db.create_table("t", pa.table({"id": [1, 2, 3], "x": [5, 7, 10]}))
+        api = TableApi(ApiClient(Configuration(host=server.base, access_token=server.key)))
+
+        def define(name, backend, source, entry):
+            api.alter_table_add_columns("seedcols$t", AlterTableAddColumnsRequest(new_columns=[
+                AddColumnsEntry(name=name, virtual_column=AddVirtualColumnEntry(
+                    input_columns=["x"], image="python:3.11-slim", udf_name=entry,
+                    udf_version="1", udf_backend=backend,
+                    udf=base64.b64encode(source.encode()).decode(),
+                    outputs=[AddVirtualColumnOutputEntry(column=name, struct_field=name,
+                                                         data_type={"type": "int64"},
+                                                         nullable=True)]))]))
+
+        define("plus", "python", "def plus(x):\n    return x + 1\n", "plus")
+        define("cubed", "python-native", "def cubed(x):\n    return x ** 3\n", "cubed")
+        t = db.open_table("t")
+        for column in ("plus", "cubed"):
+            md = t.schema.field(column).metadata
+            assert md[b"virtual_column.udf"].startswith(b"_udfs/"), md
+            assert md[b"virtual_column.udf_inputs"] == b'["x"]'
+            done = t.backfill(column, timeout=120)
+            assert done.status == "DONE", done
+            assert done.columns[column].rows_processed == 3
+        got = {r["id"]: r for r in db.open_table("t").to_arrow().to_pylist()}
+        assert [got[i]["plus"] for i in (1, 2, 3)] == [6, 8, 11]
+        assert [got[i]["cubed"] for i in (1, 2, 3)] == [125, 343, 1000]
+        # Lancet's own view of the columns is unchanged: it still runs them itself.
+        vcs = server.post("/v1/table/seedcols$t/describe")["virtual_columns"]
+        assert (vcs["plus"]["udf_backend"], vcs["cubed"]["udf_backend"]) == ("python", "python-native")
+    finally:
+        db.close()

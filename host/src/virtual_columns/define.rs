@@ -210,6 +210,17 @@ impl VirtualColumns {
                 fields.push(Field::new(column, declared, nullable).with_metadata(md));
             }
         }
+        let mut marked = false;
+        for field in &mut fields {
+            let mut md = field.metadata().clone();
+            if super::geneva::mark_server_side(&mut md) {
+                *field = field.clone().with_metadata(md);
+                marked = true;
+            }
+        }
+        if marked {
+            super::geneva::upload_payload(&ds, &super::geneva::server_side_spec_json()).await?;
+        }
         store.add_null_columns(location, branch, fields).await
     }
 
@@ -341,6 +352,14 @@ impl VirtualColumns {
                 );
                 updates.insert(member.clone(), md);
             }
+        }
+        // Geneva's client reads a payload back before a blocking backfill (geneva.rs).
+        let mut marked = false;
+        for md in updates.values_mut() {
+            marked |= super::geneva::mark_server_side(md);
+        }
+        if marked {
+            super::geneva::upload_payload(&ds, &super::geneva::server_side_spec_json()).await?;
         }
         store.set_field_metadata(location, branch, updates).await
     }

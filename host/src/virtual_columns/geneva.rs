@@ -169,6 +169,67 @@ pub async fn upload_payload(ds: &Dataset, spec_json: &[u8]) -> ApiResult<()> {
     Ok(())
 }
 
+/// The module the pickle of [`server_side_spec_json`] imports: no such module exists, and its
+/// name says why (Geneva prints it in the warning it logs).
+const SERVER_SIDE_MODULE: &str = "lancet_computes_this_column_on_the_server";
+
+/// The payload Geneva's client finds for a virtual column Geneva did not define (Wasm,
+/// Python, native or model, defined through the REST API or lancedb). Geneva's blocking
+/// `backfill()` downloads a column's payload and unpickles its UDF to check it against the
+/// table before it asks the server for the job (`validate_backfill_args`). Lancet has no
+/// Geneva UDF to give it (the column's code is a Wasm module, Lancet's Python or a model),
+/// so the payload is a Geneva `DockerUDFSpecV1` whose pickle is one import of a module that
+/// does not exist: Geneva reads that as a UDF whose modules live where it runs ("Cannot
+/// unmarshal UDF for validation ... Skipping client-side validation"), and the server computes
+/// the column with its own definition. The pickle runs nothing: a GLOBAL opcode that fails to
+/// import, then STOP.
+pub fn server_side_spec_json() -> Vec<u8> {
+    let pickle = format!("c{SERVER_SIDE_MODULE}\nudf\n.").into_bytes();
+    serde_json::json!({
+        "image": "lancet",
+        "tag": null,
+        "workspace_checksum": null,
+        "udf_pickle": base64::engine::general_purpose::STANDARD.encode(&pickle),
+        "udf_checksum": sha256_hex(&pickle),
+    })
+    .to_string()
+    .into_bytes()
+}
+
+/// Adds Geneva's client keys to the metadata of a column Lancet defined (it carries
+/// `lancet.udf.definition`) and Geneva did not (no `virtual_column.udf`), pointing at
+/// [`server_side_spec_json`]'s payload, which the caller stores with [`upload_payload`].
+/// Returns whether it added them.
+pub fn mark_server_side(md: &mut HashMap<String, String>) -> bool {
+    if md.contains_key("virtual_column.udf") {
+        return false;
+    }
+    let Some(def) = md
+        .get(super::DEFINITION_KEY)
+        .and_then(|t| serde_json::from_str::<super::Definition>(t).ok())
+    else {
+        return false;
+    };
+    md.extend([
+        ("virtual_column".to_string(), "true".to_string()),
+        ("virtual_column.udf_backend".into(), BACKEND.into()),
+        ("virtual_column.udf_name".into(), def.udf_name),
+        (
+            "virtual_column.udf".into(),
+            payload_path(&server_side_spec_json()),
+        ),
+        (
+            "virtual_column.udf_inputs".into(),
+            serde_json::to_string(&def.input_columns).unwrap_or_default(),
+        ),
+        (
+            "virtual_column.auto_backfill".into(),
+            def.auto_backfill.to_string(),
+        ),
+    ]);
+    true
+}
+
 /// What a GenevaManifest asks of the environment.
 #[derive(Default)]
 pub struct ManifestOptions {
