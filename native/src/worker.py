@@ -10,6 +10,7 @@ import pickle
 import signal
 import struct
 import sys
+import time
 import traceback
 
 
@@ -155,8 +156,13 @@ def end_strays():
     stay zombies of this worker (nothing else waits for them) and count against its process
     limit until its later calls cannot fork; ones still running would go on using its CPU and
     memory between calls. What the function started at setup (a pool) is kept."""
-    for _ in range(16):
+    # Until none is left: an orphan's zombie stays listed until bwrap's init reaps it, a moment
+    # after the kill. Bounded: a process that cannot be ended is the call's deadline's to deal with.
+    deadline = time.monotonic() + 5
+    while True:
         others = sandbox_processes() - KEPT
+        if not others or time.monotonic() > deadline:
+            break
         for pid in others:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -166,9 +172,7 @@ def end_strays():
             try:
                 os.waitpid(pid, 0)
             except ChildProcessError:
-                pass  # bwrap's init reaps the orphans
-        if not others:
-            break
+                time.sleep(0.001)  # an orphan: bwrap's init reaps it
     while True:  # a kept process that exited is reaped too
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
