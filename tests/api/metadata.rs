@@ -75,10 +75,6 @@ async fn field_metadata_is_merged_replaced_and_guarded() {
     for (body, needle) in [
         (json!({"updates": []}), "updates"),
         (
-            json!({"updates": [{"path": "nope", "metadata": {"a": "b"}}]}),
-            "nope",
-        ),
-        (
             json!({"updates": [{"path": "text", "metadata": {"lancet.udf.definition": "x"}}]}),
             "reserved",
         ),
@@ -87,4 +83,13 @@ async fn field_metadata_is_merged_replaced_and_guarded() {
         assert_error(st, &b, 400, 13);
         assert!(b["error"].as_str().unwrap().contains(needle), "{b}");
     }
+    // An unresolvable field path is TableColumnNotFound (spec 2.4), as for every column call.
+    let (st, b) = s
+        .post(
+            "/v1/table/f/update_field_metadata",
+            json!({"updates": [{"path": "nope", "metadata": {"a": "b"}}]}),
+        )
+        .await;
+    assert_error(st, &b, 400, 12);
+    assert!(b["error"].as_str().unwrap().contains("nope"), "{b}");
 }

@@ -65,16 +65,52 @@ fn type_and_title(status: StatusCode) -> (&'static str, &'static str) {
 const PART7_400: (&str, &str) = (PART7[0].1, PART7[0].2);
 const PART7_500: (&str, &str) = (PART7[5].1, PART7[5].2);
 
+/// What kind of thing happened, for codes whose messages may not say it: lance-namespace's
+/// directory words a missing table only as "table id 'x'" and leaves the rest to its code.
+fn kind_of(code: ErrorCode) -> Option<(&'static str, &'static str)> {
+    use ErrorCode::*;
+    Some(match code {
+        TableNotFound => ("Table not found", "not found"),
+        NamespaceNotFound => ("Namespace not found", "not found"),
+        TableIndexNotFound => ("Index not found", "not found"),
+        TableTagNotFound => ("Tag not found", "not found"),
+        TableVersionNotFound => ("Version not found", "not found"),
+        TableBranchNotFound => ("Branch not found", "not found"),
+        TransactionNotFound => ("Transaction not found", "not found"),
+        TableColumnNotFound => ("Column not found", "not found"),
+        TableAlreadyExists => ("Table already exists", "already exists"),
+        NamespaceAlreadyExists => ("Namespace already exists", "already exists"),
+        TableIndexAlreadyExists => ("Index already exists", "already exists"),
+        TableTagAlreadyExists => ("Tag already exists", "already exists"),
+        TableBranchAlreadyExists => ("Branch already exists", "already exists"),
+        NamespaceNotEmpty => ("Namespace not empty", "not empty"),
+        _ => return None,
+    })
+}
+
+/// The detail (and `error`): the message, led by what kind of thing happened when it does not
+/// say so itself. The title is the status's (Part 7), so these words, which people and the
+/// SDKs read ("not found", "already exists"), live here.
+fn detail(err: &ApiError) -> String {
+    match kind_of(err.code) {
+        Some((kind, words)) if !err.message.to_ascii_lowercase().contains(words) => {
+            format!("{kind}: {}", err.message)
+        }
+        _ => err.message.clone(),
+    }
+}
+
 pub fn error_json(err: &ApiError, instance: &str) -> serde_json::Value {
     let (kind, title) = type_and_title(err.status);
+    let detail = detail(err);
     json!({
         "type": kind,
         "title": title,
         "status": err.status.as_u16(),
-        "detail": err.message,
+        "detail": detail,
         "instance": instance,
         "code": err.code.as_u32(),
-        "error": err.message,
+        "error": detail,
     })
 }
 
@@ -192,6 +228,16 @@ pub async fn no_route() -> ApiError {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_message_that_says_what_happened_is_kept_as_it_is() {
+        let err = ApiError::new(ErrorCode::TableNotFound, "table not found: t");
+        assert_eq!(detail(&err), "table not found: t");
+        let err = ApiError::new(ErrorCode::TableNotFound, "table id 'ghost'");
+        assert_eq!(detail(&err), "Table not found: table id 'ghost'");
+        let err = ApiError::new(ErrorCode::InvalidInput, "bad");
+        assert_eq!(detail(&err), "bad");
+    }
+
     /// Every code lance-namespace defines, under every status it can carry, renders
     /// Part 7's type and title for that status: nothing of the code reaches the title.
     #[test]
@@ -206,8 +252,12 @@ mod tests {
                 let body = error_json(&err, "/v1/table/t/describe");
                 assert_eq!(body["type"], kind, "{body}");
                 assert_eq!(body["title"], title, "{body}");
-                assert_eq!(body["detail"], "what happened");
-                assert_eq!(body["error"], "what happened");
+                let said = body["detail"].as_str().unwrap();
+                assert!(said.ends_with("what happened"), "{body}");
+                assert_eq!(body["error"], said);
+                if let Some((kind, _)) = kind_of(code) {
+                    assert_eq!(said, format!("{kind}: what happened"));
+                }
             }
             // And under the status the code maps to by default.
             let err = ApiError::new(code, "x");

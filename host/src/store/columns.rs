@@ -181,10 +181,20 @@ impl Store {
                 Box::pin(async move {
                     let mut resolved = Vec::new();
                     for (path, metadata, replace) in updates {
+                        // An unresolvable field path is TableColumnNotFound (spec 2.4), as
+                        // for the other column operations; lance suggests a near name.
                         let field = ds.schema().field(&path).ok_or_else(|| {
-                            lance_core::Error::invalid_input(format!(
-                                "no field '{path}' in the table"
-                            ))
+                            lance_core::Error::FieldNotFound {
+                                source: lance_core::error::FieldNotFoundError {
+                                    field_name: path.clone(),
+                                    candidates: ds
+                                        .schema()
+                                        .fields
+                                        .iter()
+                                        .map(|f| f.name.clone())
+                                        .collect(),
+                                },
+                            }
                         })?;
                         let mut metadata = metadata;
                         if replace {
