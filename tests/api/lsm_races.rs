@@ -48,7 +48,11 @@ async fn a_write_held_across_another_replicas_unset_is_refused_not_lost() {
     });
     wait_for_file(&hold.with_extension("reached")).await;
     a.ok("/v1/table/ev/unset_lsm_write_spec", json!({})).await;
-    assert_eq!(mem_wal_files(a.data_dir()), (0, 0), "the unset removed the WAL");
+    assert_eq!(
+        mem_wal_files(a.data_dir()),
+        (0, 0),
+        "the unset removed the WAL"
+    );
     std::fs::remove_file(&hold).unwrap();
     let (st, body) = held.await.unwrap();
 
@@ -66,10 +70,7 @@ async fn a_write_held_across_another_replicas_unset_is_refused_not_lost() {
         assert_eq!(rows.get(&100).map(String::as_str), Some("b100"));
     }
     assert_eq!(st, 503, "refused, nothing acknowledged: {body}");
-    assert!(
-        body["error"].as_str().unwrap().contains("retry"),
-        "{body}"
-    );
+    assert!(body["error"].as_str().unwrap().contains("retry"), "{body}");
     // The stale writer's append left nothing behind under the table.
     assert_eq!(mem_wal_files(a.data_dir()), (0, 0));
 
