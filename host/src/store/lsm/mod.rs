@@ -338,7 +338,7 @@ impl Store {
                 }
                 let store = ds.object_store(None).await.map_err(ApiError::from)?;
                 let manifests =
-                    ShardManifestStore::new(store, &ds.branch_location().path, shard, 2);
+                    ShardManifestStore::new(store.clone(), &ds.branch_location().path, shard, 2);
                 let manifest = manifests.latest().await.map_err(ApiError::from)?;
                 if manifest
                     .as_ref()
@@ -373,8 +373,10 @@ impl Store {
                         ApiError::from(e)
                     }
                 })?);
+                let base = ds.branch_location().path;
+                let owned = |writer| Arc::new(owner::Owned::new(writer, store.clone(), &base));
                 if unset {
-                    return Ok(Arc::new(owner::Owned::new(writer)));
+                    return Ok(owned(writer));
                 }
                 if self.lsm_unsetting(ds).await? {
                     // What it replayed stays in the WAL, for the unset's next claim.
@@ -388,18 +390,12 @@ impl Store {
                 let now = self.latest(location, None).await?;
                 let current = self.lsm_installed(&now).await?;
                 if current.as_ref().map(Installed::seed) != Some(installed.seed()) {
-                    let shard_dir = lance::dataset::mem_wal::util::shard_base_path(
-                        &ds.branch_location().path,
-                        &shard,
-                    );
                     // Nothing of it may reach the directory removed next.
                     if let Err(e) = writer.abort().await {
                         tracing::debug!(%location, %shard, error = %e, "aborting a shard opened after its spec went");
                     }
                     drop(writer);
-                    if let Ok(store) = ds.object_store(None).await
-                        && let Err(e) = store.remove_dir_all(shard_dir).await
-                    {
+                    if let Err(e) = owner::remove_shard_files(&store, &base, shard).await {
                         tracing::debug!(%location, %shard, error = %e, "could not remove a shard opened after its spec went");
                     }
                     return Err(ApiError::unavailable(
@@ -407,7 +403,7 @@ impl Store {
                          is acknowledged; retry",
                     ));
                 }
-                Ok::<_, ApiError>(Arc::new(owner::Owned::new(writer)))
+                Ok::<_, ApiError>(owned(writer))
             })
             .await;
         match writer {

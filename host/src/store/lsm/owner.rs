@@ -21,15 +21,32 @@
 //!
 //! Writes to one shard at the same moment share a read: a read that began after a write's
 //! entry was stored confirms it, so a wave of concurrent writes costs at most two reads.
+//!
+//! The read is usually two HEADs, not a scan of the manifest directory. Every claim writes the
+//! version after the latest (put-if-not-exists, versions contiguous), so when the writer's own
+//! manifest is at version `v` and its epoch, and `v + 1` does not exist, no claim has been
+//! made, unless `v + 1` was deleted. Manifest versions are deleted oldest first (lance's
+//! `prune_versions_before`; Lancet's own removals, [`remove_shard_files`]), so a deleted
+//! `v + 1` means `v` went before it: `v` is looked for *after* `v + 1`, and its absence is
+//! lost ownership. When `v + 1` exists (the writer's own flush, or a claim), the manifest is
+//! read in full and its epoch judged.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use lance::dataset::mem_wal::ShardWriter;
+use lance::dataset::mem_wal::util::{manifest_filename, shard_base_path, shard_manifest_path};
+use lance_io::object_store::ObjectStore;
+use object_store::ObjectStoreExt;
+use object_store::path::Path;
+use uuid::Uuid;
 
 /// A shard writer this process holds, with what it has confirmed of its ownership.
 pub(super) struct Owned {
     pub(super) writer: Arc<ShardWriter>,
+    /// The store and directory of the shard's manifest versions.
+    store: Arc<ObjectStore>,
+    manifests: Path,
     /// When the newest read that found this writer still the shard's owner began.
     confirmed: tokio::sync::Mutex<Option<Instant>>,
 }
@@ -44,9 +61,13 @@ pub(super) enum Ownership {
 }
 
 impl Owned {
-    pub(super) fn new(writer: Arc<ShardWriter>) -> Self {
+    /// `base` is the table's branch location, as the shard's manifest store was made with.
+    pub(super) fn new(writer: Arc<ShardWriter>, store: Arc<ObjectStore>, base: &Path) -> Self {
+        let manifests = shard_manifest_path(base, &writer.shard_id());
         Self {
             writer,
+            store,
+            manifests,
             confirmed: tokio::sync::Mutex::new(None),
         }
     }
@@ -60,13 +81,68 @@ impl Owned {
             return Ok(Ownership::Held);
         }
         let began = Instant::now();
-        let manifest = self.writer.manifest_store().refresh_latest().await?;
-        let held = judge(manifest.map(|m| m.writer_epoch), self.writer.epoch());
+        let held = match self.quick().await? {
+            Some(held) => held,
+            None => {
+                let manifest = self.writer.manifest_store().refresh_latest().await?;
+                judge(manifest.map(|m| m.writer_epoch), self.writer.epoch())
+            }
+        };
         if held == Ownership::Held {
             *confirmed = Some(began);
         }
         Ok(held)
     }
+
+    /// The two-HEAD answer (module docs), or `None` when only a full read can tell.
+    async fn quick(&self) -> lance_core::Result<Option<Ownership>> {
+        let Some(own) = self.writer.manifest_store().latest().await? else {
+            return Ok(Some(Ownership::Lost));
+        };
+        if own.writer_epoch != self.writer.epoch() {
+            return Ok(None);
+        }
+        if self.exists(own.version + 1).await? {
+            return Ok(None);
+        }
+        Ok(Some(if self.exists(own.version).await? {
+            Ownership::Held
+        } else {
+            Ownership::Lost
+        }))
+    }
+
+    async fn exists(&self, version: u64) -> lance_core::Result<bool> {
+        let path = self.manifests.clone().join(manifest_filename(version));
+        match self.store.inner.head(&path).await {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(lance_core::Error::io(format!("HEAD {path}: {e}"))),
+        }
+    }
+}
+
+/// Removes everything of a shard under `base`: its manifest versions first, oldest first, then
+/// the rest. The order is what keeps [`Owned::confirm`]'s two HEADs sound for a writer another
+/// node still holds.
+pub(super) async fn remove_shard_files(
+    store: &Arc<ObjectStore>,
+    base: &Path,
+    shard: Uuid,
+) -> lance_core::Result<()> {
+    let manifests = lance::dataset::mem_wal::ShardManifestStore::new(store.clone(), base, shard, 2);
+    let dir = shard_manifest_path(base, &shard);
+    for version in manifests.list_versions().await? {
+        match store
+            .inner
+            .delete(&dir.clone().join(manifest_filename(version)))
+            .await
+        {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(lance_core::Error::io(format!("deleting {dir}: {e}"))),
+        }
+    }
+    store.remove_dir_all(shard_base_path(base, &shard)).await
 }
 
 /// A writer of `epoch` owns its shard only while the shard's manifest exists and names that

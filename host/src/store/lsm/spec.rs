@@ -274,9 +274,19 @@ impl Store {
             .map_err(ApiError::from)?;
         let version = ds.version().version;
         let store = ds.object_store(None).await.map_err(ApiError::from)?;
-        let dir = lance::dataset::mem_wal::util::mem_wal_path(&ds.branch_location().path);
+        let base = ds.branch_location().path;
+        let dir = lance::dataset::mem_wal::util::mem_wal_path(&base);
         self.lsm.reclaim.forget(location);
-        if let Err(e) = store.remove_dir_all(dir).await {
+        // Shard by shard, each one's manifest versions oldest first (owner.rs says why).
+        let removed = async {
+            for name in store.read_dir(dir.clone()).await? {
+                if let Ok(shard) = uuid::Uuid::parse_str(&name) {
+                    super::owner::remove_shard_files(&store, &base, shard).await?;
+                }
+            }
+            store.remove_dir_all(dir).await
+        };
+        if let Err(e) = removed.await {
             tracing::warn!(%location, error = %e, "could not remove the MemWAL files of an unset spec");
         }
         self.remember(location, None, Arc::new(ds));
