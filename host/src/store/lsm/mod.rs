@@ -286,24 +286,8 @@ impl Store {
     }
 
     /// This process's writer for `shard` of the table `ds` is the latest state of, opened (and
-    /// the shard claimed) when it holds none.
-    async fn shard_writer(
-        &self,
-        location: &str,
-        ds: &Dataset,
-        installed: &Installed,
-        shard: Uuid,
-        field_values: Option<HashMap<String, Vec<u8>>>,
-        purpose: Purpose,
-    ) -> ApiResult<Arc<ShardWriter>> {
-        let owned = self
-            .shard_owner(location, ds, installed, shard, field_values, purpose)
-            .await?;
-        Ok(owned.writer.clone())
-    }
-
-    /// [`Self::shard_writer`], with what this process has confirmed of its ownership (what a
-    /// write needs before it is acknowledged: owner.rs).
+    /// the shard claimed) when it holds none, with what this process has confirmed of its
+    /// ownership (what a write needs before it is acknowledged: owner.rs).
     async fn shard_owner(
         &self,
         location: &str,
@@ -460,8 +444,10 @@ impl Store {
                         claimed.sealed.push(manifest);
                         continue;
                     }
-                    self.shard_writer(location, ds, installed, shard, None, purpose)
+                    self.shard_owner(location, ds, installed, shard, None, purpose)
                         .await?
+                        .writer
+                        .clone()
                 }
             };
             claimed.writers.push(writer);
