@@ -148,6 +148,18 @@ def sandbox_processes():
 
 
 KEPT = set()  # processes the function started while it was set up: its state, kept across calls
+LAST_PID = None  # the namespace's last allocated pid when no stray was left
+
+
+def last_pid():
+    """The last pid (or thread id) allocated in the sandbox's PID namespace; None if unreadable.
+    Unchanged since the last clean-up means no process was started since: nothing to end, and
+    the /proc scan (~40 us, a large share of a small batch) is skipped for ~5 us."""
+    try:
+        with open("/proc/sys/kernel/ns_last_pid", "rb") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
 
 
 def end_strays():
@@ -156,6 +168,12 @@ def end_strays():
     stay zombies of this worker (nothing else waits for them) and count against its process
     limit until its later calls cannot fork; ones still running would go on using its CPU and
     memory between calls. What the function started at setup (a pool) is kept."""
+    global LAST_PID
+    now = last_pid()
+    if now is not None and now == LAST_PID:
+        if KEPT:
+            reap_kept()
+        return
     # Until none is left: an orphan's zombie stays listed until bwrap's init reaps it, a moment
     # after the kill. Bounded: a process that cannot be ended is the call's deadline's to deal with.
     deadline = time.monotonic() + 5
@@ -173,7 +191,13 @@ def end_strays():
                 os.waitpid(pid, 0)
             except ChildProcessError:
                 time.sleep(0.001)  # an orphan: bwrap's init reaps it
-    while True:  # a kept process that exited is reaped too
+    reap_kept()
+    LAST_PID = last_pid()
+
+
+def reap_kept():
+    """Reaps the kept processes that exited."""
+    while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
@@ -233,6 +257,7 @@ def compute(fn, setup, batch, out_type, pa):
 
 
 def main():
+    global LAST_PID
     import site
     for d in sys.argv[1:]:
         site.addsitedir(d)
@@ -247,6 +272,7 @@ def main():
         ship_files(setup.get("files"))
         fn = load(setup)
         KEPT.update(sandbox_processes())
+        LAST_PID = last_pid()
     except BaseException as e:  # noqa: BLE001 - report, then exit
         fail(describe(e) + "\n" + traceback.format_exc(limit=-3))
         return
