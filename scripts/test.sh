@@ -45,10 +45,11 @@ if [ -d "$CARGO_TARGET_DIR/debug/incremental" ]; then
     -exec rm -rf {} + 2>/dev/null || true
 fi
 
-# The plugins (wasm32, release), the Python UDF runner and the plugins' native unit tests are
-# built beside the server's test build, at the lowest CPU priority: that build ends in a long
-# chain of big crates compiled one after another (lance-index, lance, lancet, the test
-# binaries), which leaves a core idle for most of its last third. Waited for before the tests.
+# The plugins (wasm32, release), the Python UDF runner, the plugins' native unit tests and the
+# dev-profile tests of lancet-ipc and lancet-sdk are built beside the server's test build, at
+# the lowest CPU priority: that build ends in a long chain of big crates compiled one after
+# another (lance-index, lance, lancet, the test binaries), which leaves a core idle for most of
+# its last third. Waited for before the tests.
 side_log="$(mktemp)"
 runner_out="$(mktemp)"
 (
@@ -64,25 +65,32 @@ runner_out="$(mktemp)"
     (cd plugins && CARGO_TARGET_DIR="$HOME/.cache/lancet-plugins-target" \
       nice -n 19 cargo test --locked -q --no-run)
   fi
+  echo "== building lancet-ipc's and lancet-sdk's tests (dev profile)"
+  nice -n 19 cargo test -p lancet-ipc -p lancet-sdk --locked -q --no-run
 ) >"$side_log" 2>&1 &
 side=$!
 trap 'kill "$prep" "$side" 2>/dev/null || true' EXIT
 
-echo "== Rust tests"
-# Without the gcp/azure object-store clients (nothing here can test them; see host/Cargo.toml).
-# Built first, then run once the venv is there: it holds moto, the S3 server the object-store
-# tests start on loopback.
-cargo test --workspace --locked --no-default-features --no-run
-wait_for "$side" "$side_log" "building the plugins or the Python UDF runner"
+echo "== Rust tests (release profile: the build of README command 1, shared)"
+# The tests build with the release profile and the server's own features, so they reuse every
+# dependency README command 1 compiled (and it reuses theirs): only this workspace's crates and
+# test targets are compiled on top, and the black-box tests start the very binary users run
+# (docs/building.md "One build for both commands"). `lancet-ipc` and `lancet-sdk`, which parse
+# hostile bytes, run their tests in the dev profile instead (debug assertions and overflow
+# checks on), built beside this one at the lowest priority (above).
+cargo test --release --workspace --exclude lancet-ipc --exclude lancet-sdk --locked --no-run
+wait_for "$side" "$side_log" "building the plugins, the Python UDF runner or the debug-profile tests"
 if [ -z "${LANCET_PYTHON_RUNNER:-}" ]; then
   LANCET_PYTHON_RUNNER="$(cat "$runner_out")"
 fi
 export LANCET_PYTHON_RUNNER
 wait_for "$prep" "$prep_log" "installing the test clients"
-cargo test --workspace --locked --no-default-features -- --test-threads=2
-# The Python tests run the server binary the tests above built: a plain `cargo build` would
-# compile the lancet crate again (dev-dependency features differ).
-export LANCET_BIN="$CARGO_TARGET_DIR/debug/lancet"
+cargo test --release --workspace --exclude lancet-ipc --exclude lancet-sdk --locked \
+  -- --test-threads=2
+echo "== lancet-ipc and lancet-sdk (dev profile: debug assertions and overflow checks)"
+cargo test -p lancet-ipc -p lancet-sdk --locked -q
+# The Python and TypeScript tests run the same release binary.
+export LANCET_BIN="$CARGO_TARGET_DIR/release/lancet"
 
 echo "== UDF plugins' own unit tests (native)"
 (cd plugins && CARGO_TARGET_DIR="$HOME/.cache/lancet-plugins-target" cargo test --locked -q)

@@ -14,7 +14,6 @@
 
 mod batch;
 mod schema;
-#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
 use std::collections::HashMap;

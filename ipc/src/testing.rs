@@ -1,6 +1,7 @@
 //! Where the length and offset fields of a valid IPC body lie, and a way to overwrite them:
-//! what the fuzz tests and the server's hostile-body tests corrupt. Built with the `testing`
-//! feature only.
+//! what the fuzz tests and the server's hostile-body tests corrupt. Always built, not behind a
+//! feature: a feature only the tests turn on would give the test build another `lancet-ipc`,
+//! and with it another `lancet` binary than the one users run (docs/building.md "One build").
 
 use arrow_ipc::{Message, MessageHeader};
 

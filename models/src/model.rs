@@ -103,7 +103,16 @@ impl Model {
             sessions,
         };
         let probe = model.embed(&["probe"], &crate::CallLimits::default())?;
-        debug_assert_eq!(probe.vectors(), 1);
+        // Checked in every build, not only debug ones: the tests run the release binary
+        // (docs/building.md "One build"), and a graph that answers one text with another
+        // number of vectors would misalign every later batch.
+        if probe.vectors() != 1 {
+            return Err(ModelError::invalid(format!(
+                "model '{}' answered one probe text with {} vectors",
+                name,
+                probe.vectors()
+            )));
+        }
         Ok(model)
     }
 

@@ -9,8 +9,8 @@ bash "$root/scripts/venv.sh"
 target="${CARGO_TARGET_DIR:-$HOME/.cache/lancet-target}"
 # scripts/test.sh hands over the binary its Rust tests built; run alone, this builds one.
 if [ -z "${LANCET_BIN:-}" ] || [ ! -x "$LANCET_BIN" ]; then
-  (cd "$root" && cargo build -q --bin lancet)
-  export LANCET_BIN="$target/debug/lancet"
+  (cd "$root" && cargo build -q --release --locked --bin lancet)
+  export LANCET_BIN="$target/release/lancet"
 fi
 # Every test starts its own server on a free port, so tests run in two processes at once
 # (LANCET_PYTEST_WORKERS to change; 0 runs them in this one).

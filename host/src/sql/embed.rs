@@ -124,7 +124,15 @@ impl ScalarUDFImpl for Embed {
             rows,
         )
         .map_err(|e| DataFusionError::Execution(e.message))?;
-        debug_assert_eq!(computed.values.len(), args.number_rows);
+        // Checked in every build (the tests run the release binary): DataFusion trusts a
+        // scalar function's array length, and a short one would misalign the batch's columns.
+        if computed.values.len() != args.number_rows {
+            return Err(DataFusionError::Internal(format!(
+                "embedding returned {} values for {} rows",
+                computed.values.len(),
+                args.number_rows
+            )));
+        }
         Ok(ColumnarValue::Array(computed.values))
     }
 }
