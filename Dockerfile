@@ -21,7 +21,7 @@ FROM debian:bookworm-slim
 # time: the binary links only glibc, and Python UDFs run in the Wasm runner, not a system Python.
 RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends ca-certificates >/dev/null \
  && rm -rf /var/lib/apt/lists/* \
- && useradd --system --home-dir /data --create-home lancet
+ && useradd --system --uid 999 --home-dir /data --create-home lancet
 COPY --from=build /src/target/release/lancet /usr/local/bin/lancet
 COPY --from=build /src/runner.wasm /usr/local/lib/lancet/runner.wasm
 ENV LANCET_PYTHON_RUNNER=/usr/local/lib/lancet/runner.wasm \

@@ -8,7 +8,7 @@
 #   bash bench/one_process.sh [ROUNDS] [fresh|compacted|both] [EXTRA request_bench ARGS...]
 # Loads the 100k-row table once into ~/.cache/lancet-bench/fresh (and a compacted copy);
 # later runs reuse them. Needs 2 cores and the release bench:
-#   cargo build --release --no-default-features -p lancet --bin lancet --example request_bench
+#   cargo build --release -p lancet --bin lancet --example request_bench
 set -euo pipefail
 rounds=${1:-8} tables=${2:-both}
 shift $(( $# > 2 ? 2 : $# ))

@@ -6,7 +6,7 @@
 # from the bench on CPU 1: request_bench --served-here --bare), Lancet's request service
 # served the same way, and the `lancet` binary on CPU 1; clients on CPU 0. Prints CPU µs per
 # call of the serving side and calls in the window. Needs 2 cores and the release bench:
-#   cargo build --release --no-default-features -p lancet --bin lancet --example request_bench
+#   cargo build --release -p lancet --bin lancet --example request_bench
 set -euo pipefail
 read_=$1 rounds=${2:-3} clients=${3:-8}
 bench=${REQUEST_BENCH:-${CARGO_TARGET_DIR:-target}/release/examples/request_bench}

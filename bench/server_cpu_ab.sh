@@ -2,7 +2,7 @@
 # A/B of two server binaries by server CPU per request (see bench/server_cpu.py), alternated
 # ROUNDS times on the same machine, each on a freshly loaded table:
 #   bash bench/server_cpu_ab.sh BEFORE_BINARY AFTER_BINARY [ROUNDS]
-# Needs the release request_bench: cargo build --release --no-default-features -p lancet \
+# Needs the release request_bench: cargo build --release -p lancet \
 #   --bin lancet --example request_bench
 set -euo pipefail
 before=$1 after=$2 rounds=${3:-3}

@@ -11,7 +11,7 @@
 //! queries after `flush_lsm`.
 //!
 //! ```sh
-//! cargo build --release --no-default-features -p lancet --bin lancet --example lsm_bench
+//! cargo build --release -p lancet --bin lancet --example lsm_bench
 //! $CARGO_TARGET_DIR/release/examples/lsm_bench [--secs 6] [--small 20000] [--large 1000000]
 //! ```
 //! The server binary is looked up beside the bench's own directory (`../lancet`).

@@ -29,7 +29,7 @@
 //! one that applies when the bench is pinned away from the server, below).
 //!
 //! ```sh
-//! cargo build --release --no-default-features -p lancet --bin lancet --example request_bench
+//! cargo build --release -p lancet --bin lancet --example request_bench
 //! $CARGO_TARGET_DIR/release/examples/request_bench [--rows 100000] [--n 400] [--secs 4] \
 //!     [--interleave]
 //! ```
