@@ -6,6 +6,7 @@ import base64
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -49,9 +50,12 @@ ROW_UDF = textwrap.dedent('''
 def kit():
     """The package as an author installs it (pip builds it from sdk/python), in a folder of
     its own; the test venv's numpy, onnxruntime and tokenizers serve its `local` extra."""
-    with tempfile.TemporaryDirectory() as target:
+    with tempfile.TemporaryDirectory() as d:
+        # From a copy: setuptools writes build/ and egg-info next to the sources it builds.
+        source, target = os.path.join(d, "source"), os.path.join(d, "site")
+        shutil.copytree(os.path.join(ROOT, "sdk", "python"), source)
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
-                        target, os.path.join(ROOT, "sdk", "python")], check=True)
+                        target, source], check=True)
         assert os.path.exists(os.path.join(target, "lancet", "__init__.py"))
         yield target
 
