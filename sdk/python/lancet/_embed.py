@@ -3,6 +3,7 @@ registered in this process with `use_model`."""
 import json
 import os
 import urllib.error
+import urllib.parse
 import urllib.request
 
 # The sandbox sends at most this many texts per host call (the server's default
@@ -50,7 +51,7 @@ def _embed_call(model, texts):
         raise RuntimeError(f"no model '{model}' here: call lancet.use_model('{model}', ...) or "
                            "lancet.connect(url, api_key) (or set LANCET_URL)")
     request = urllib.request.Request(
-        f"{url.rstrip('/')}/v1/model/{urllib.request.quote(model, safe='')}/embed",
+        f"{url.rstrip('/')}/v1/model/{urllib.parse.quote(model, safe='')}/embed",
         data=json.dumps({"texts": texts}).encode(), method="POST",
         headers={"content-type": "application/json",
                  **({"authorization": f"Bearer {key}"} if key else {})})
