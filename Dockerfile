@@ -16,6 +16,22 @@ ENV LANCET_COMMIT=${LANCET_COMMIT} CARGO_TARGET_DIR=/src/target LANCET_CACHE_DIR
 RUN cargo build --release --locked --bin lancet \
  && cp "$(bash scripts/build-python-runner.sh)" /src/runner.wasm
 
+# The image of the Ray nodes that run backfill tasks (deploy/kubernetes/raycluster.yaml, docs/ray.md):
+#   docker build --target ray -t lancet-ray .
+# Ray's own image (its Python runs the driver), plus the same `lancet` binary and runner, and
+# bubblewrap for the native Python tier (docs/ray.md says what its interpreter needs; this
+# image is not built by the tests: the build machines run no Docker engine).
+FROM rayproject/ray:2.60.0-py311 AS ray
+USER root
+RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends bubblewrap ca-certificates >/dev/null \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=build /src/target/release/lancet /usr/local/bin/lancet
+COPY --from=build /src/runner.wasm /usr/local/lib/lancet/runner.wasm
+ENV LANCET_PYTHON_RUNNER=/usr/local/lib/lancet/runner.wasm \
+    LANCET_CACHE_DIR=/var/cache/lancet
+USER ray
+
+# The server's image (the default target: the last stage).
 FROM debian:bookworm-slim
 # ca-certificates: TLS to object stores and package indexes. Nothing else is needed at run
 # time: the binary links only glibc, and Python UDFs run in the Wasm runner, not a system Python.

@@ -38,6 +38,10 @@ pub struct ServeConfig {
     /// store (a check is a billed LIST of 10-60 ms).
     #[arg(long, env = "LANCET_READ_CONSISTENCY_INTERVAL", value_parser = humantime::parse_duration)]
     pub read_consistency_interval: Option<std::time::Duration>,
+    /// The Ray clusters backfills may run on, besides this server's own nodes: a TOML file
+    /// (docs/ray.md). A backfill's `cluster` names one; without this file only `default`.
+    #[arg(long, env = "LANCET_CLUSTERS")]
+    pub clusters: Option<PathBuf>,
     /// Tasks of backfills running on other nodes of the root that this node computes at once
     /// (it helps whenever it scans the root and finds open tasks); 0 turns helping off.
     #[arg(long, env = "LANCET_JOB_HELPER_TASKS", default_value_t = 1)]

@@ -76,6 +76,8 @@ pub struct App {
     pub root: std::sync::Arc<root::RootStore>,
     /// This node's name in leases.
     pub node_id: String,
+    /// Where jobs may run besides this server's own nodes (`--clusters`).
+    pub clusters: lancet_ray::Clusters,
 }
 
 impl App {

@@ -57,6 +57,29 @@ enum JobsCommand {
         #[arg(long, default_value_t = 0.5)]
         interval: f64,
     },
+    /// Print a backfill's open tasks (rows no checkpoint covers yet), one JSON object a line.
+    /// Run by the Ray driver (docs/ray.md); reads the root the server's flags name.
+    Tasks {
+        job_id: String,
+        #[command(flatten)]
+        config: Box<ServeConfig>,
+    },
+    /// Compute one task of a backfill and write its checkpoints under the root, with the
+    /// server's runtime, sandbox and limits (the job's owner commits them). Run by a Ray task.
+    RunTask {
+        job_id: String,
+        #[arg(long)]
+        fragment: u64,
+        #[arg(long)]
+        start: u64,
+        #[arg(long)]
+        end: u64,
+        /// Where this runs, for the job's events (`ray node ...`).
+        #[arg(long, default_value = "a worker")]
+        worker: String,
+        #[command(flatten)]
+        config: Box<ServeConfig>,
+    },
 }
 
 #[derive(clap::Args)]
@@ -232,6 +255,26 @@ fn main() {
             ))
             .map(|_| ())
             .map_err(Into::into),
+        Command::Jobs(JobsCommand::Tasks { job_id, config }) => {
+            runtime.block_on(cli::tasks::list(&config, &job_id))
+        }
+        Command::Jobs(JobsCommand::RunTask {
+            job_id,
+            fragment,
+            start,
+            end,
+            worker,
+            config,
+        }) => runtime.block_on(cli::tasks::run(
+            &config,
+            &job_id,
+            lancet::jobs::kinds::backfill::remote::OpenTask {
+                fragment,
+                start,
+                end,
+            },
+            &worker,
+        )),
     };
     if let Err(e) = result {
         eprintln!("lancet: {e}");

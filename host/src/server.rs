@@ -15,6 +15,18 @@ use crate::virtual_columns::VirtualColumns;
 use crate::{App, http};
 
 pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
+    build(config, true).await
+}
+
+/// The app of a one-shot worker process (`lancet jobs run-task`, run by a Ray task): the
+/// server's runtime, limits and tenants over the same root, but it creates no key (a root
+/// whose servers authenticate with `LANCET_BOOTSTRAP_KEY` alone has none in its auth file)
+/// and prints nothing on stdout.
+pub async fn build_worker(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
+    build(config, false).await
+}
+
+async fn build(config: &ServeConfig, serving: bool) -> anyhow_like::Result<Arc<App>> {
     let root_uri = config.root_uri()?;
     let session = Arc::new(Session::default());
     let object_requests = Arc::new(crate::object_requests::Counts::default());
@@ -33,7 +45,11 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
     // A missing bucket or bad credentials stop the start, rather than fail every request.
     root.list(crate::auth::source::AUTH_DIR).await?;
     let node_id = node_id(config);
-    let (auth, tenant_settings) = authenticator(config, &root).await?;
+    let (auth, tenant_settings) = authenticator(config, &root, serving).await?;
+    let clusters = match &config.clusters {
+        Some(path) => lancet_ray::Clusters::load(path).map_err(|e| e.to_string())?,
+        None => lancet_ray::Clusters::default(),
+    };
     let tenant_limits: TenantLimits = tenant_settings
         .iter()
         .filter_map(|(t, s)| Some((t.clone(), s.udf.clone()?)))
@@ -52,7 +68,7 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
     let mut udf = udf_config(config, &root);
     udf.embedder = Some(models.clone());
     let runtime = lancet_udf::Runtime::new(udf)?;
-    if runtime.python_status().is_ok() {
+    if serving && runtime.python_status().is_ok() {
         // Compiling the runner takes seconds (once per machine; loading it after, ~0.1 s):
         // done now, off the request path, so the first Python UDF does not wait for it.
         let warm = runtime.clone();
@@ -139,6 +155,7 @@ pub async fn build_app(config: &ServeConfig) -> anyhow_like::Result<Arc<App>> {
         access_log: config.access_log,
         root,
         node_id,
+        clusters,
     }))
 }
 
@@ -170,12 +187,13 @@ type TenantLimits = std::collections::HashMap<String, lancet_udf::LimitsOverride
 async fn authenticator(
     config: &ServeConfig,
     root: &Arc<RootStore>,
+    create_key: bool,
 ) -> anyhow_like::Result<(Authenticator, crate::config::TenantTable)> {
     let source = AuthSource::of(root, config.auth_file.as_deref());
     let (file, _) = source.load().await?;
     let bootstrap = std::env::var("LANCET_BOOTSTRAP_KEY").ok();
     let bootstrap = bootstrap.as_deref().filter(|k| !k.trim().is_empty());
-    if file.keys.is_empty() && file.jwt.is_none() && bootstrap.is_none() {
+    if create_key && file.keys.is_empty() && file.jwt.is_none() && bootstrap.is_none() {
         // Another replica starting at the same moment may have created one: only an auth file
         // still without any way in gets a key.
         let created = source

@@ -14,4 +14,4 @@ if [ -z "${LANCET_BIN:-}" ] || [ ! -x "$LANCET_BIN" ]; then
 fi
 # Every test starts its own server on a free port, so tests run in two processes at once
 # (LANCET_PYTEST_WORKERS to change; 0 runs them in this one).
-exec "$venv/bin/pytest" -q -n "${LANCET_PYTEST_WORKERS:-2}" "$here"
+exec "$venv/bin/pytest" -q -n "${LANCET_PYTEST_WORKERS:-2}" --dist loadgroup "$here"

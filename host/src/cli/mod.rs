@@ -1,3 +1,5 @@
-//! Pieces of the `lancet` command line that are clients of a running server, not the server.
+//! Pieces of the `lancet` command line besides `serve`: clients of a running server, and
+//! one-shot workers over its root.
 
+pub mod tasks;
 pub mod watch;

@@ -111,9 +111,11 @@ pub(super) async fn settle_deferred(
 }
 
 /// Whether another node's job is one this node could help with now (the helper budget,
-/// `--job-helper-tasks`, is the kind's to check).
+/// `--job-helper-tasks`, is the kind's to check). A job on a Ray cluster is Ray's to run.
 pub(super) fn may_help(record: &JobRecord) -> bool {
-    record.state == JobState::InProgress
+    let cluster = record.spec.get("cluster").and_then(|c| c.as_str());
+    cluster.is_none_or(|c| c == "default")
+        && record.state == JobState::InProgress
         && record.plan.is_some()
         && !record.cancel_requested
         && !record.pause_requested

@@ -5,7 +5,9 @@
 mod calls;
 mod changed;
 mod helper;
+mod on_ray;
 mod prepare;
+pub mod remote;
 pub mod row_errors;
 mod run;
 pub mod spec;
@@ -18,7 +20,7 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use crate::App;
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult};
 use crate::jobs::kinds::geneva_jobs::{self, Launch, Shown};
 use crate::jobs::state::{FragmentStatus, JobRecord};
 use crate::jobs::{Job, JobKind, JobSpec};
@@ -145,6 +147,7 @@ pub async fn submit(
 ) -> ApiResult<String> {
     let latest = app.store.latest(&location, branch.as_deref()).await?;
     let mut spec = options.check(table_id, branch, latest.version().version)?;
+    check_cluster(app, tenant, &spec.cluster)?;
     spec.geneva_jobs = geneva_jobs;
     crate::field_path::parse(&spec.column)?;
     if options.is_plain_refresh()
@@ -186,6 +189,32 @@ pub async fn submit(
         }
     }
     Ok(job_id)
+}
+
+/// A backfill's cluster must be `default` (this server's nodes) or a Ray cluster configured
+/// here (`--clusters`) that is open to the tenant.
+fn check_cluster(app: &App, tenant: &str, name: &str) -> ApiResult<()> {
+    if name == "default" {
+        return Ok(());
+    }
+    match app.clusters.ray(name) {
+        Some(c) if c.allows(tenant) => Ok(()),
+        Some(_) => Err(ApiError::invalid(format!(
+            "cluster '{name}' is not open to tenant '{tenant}'"
+        ))),
+        None => {
+            let open: Vec<&str> = app
+                .clusters
+                .names()
+                .into_iter()
+                .filter(|n| app.clusters.ray(n).is_none_or(|c| c.allows(tenant)))
+                .collect();
+            Err(ApiError::invalid(format!(
+                "unknown cluster '{name}'; this server has: {}",
+                open.join(", ")
+            )))
+        }
+    }
 }
 
 /// Where a job reads: its branch at its pinned version.

@@ -11,6 +11,7 @@
 //! computed again; a staged fragment is looked up in the table before it is committed, so a
 //! commit that landed just before a crash is not made twice.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -180,27 +181,7 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
     let plan = job.snapshot().plan.expect("planned above");
     let ckpts = job.dir().checkpoints().await?;
 
-    // Progress so far, from what is durable.
-    let mut done = 0;
-    let mut nulled = 0;
-    for f in &plan.fragments {
-        match &f.status {
-            FragmentStatus::Staged { nulled: n, .. }
-            | FragmentStatus::Committed { nulled: n, .. } => {
-                done += f.selected_rows;
-                nulled += n;
-            }
-            FragmentStatus::Pending => {
-                for c in ckpts.iter().filter(|c| c.fragment == f.id) {
-                    done += c.selected;
-                    nulled += c.nulled;
-                }
-            }
-            FragmentStatus::Skipped { .. } | FragmentStatus::Unselected => {}
-        }
-    }
-    job.progress().rows_done.store(done, Ordering::Relaxed);
-    job.progress().rows_nulled.store(nulled, Ordering::Relaxed);
+    durable_progress(job, &plan, &ckpts);
 
     // Fragments staged before a restart: committed already, or still to commit. Commits are
     // made one at a time and recorded before the next, so at most one commit (of one group)
@@ -248,7 +229,43 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
         commit_when_full(&ctx, &mut queue, false).await?;
     }
 
-    // Each task is claimed first: one another node (a helper) holds is left to it for now.
+    match ctx.spec.cluster.as_str() {
+        "default" => compute_here(&ctx, tasks, &mut remaining, &mut queue).await?,
+        name => {
+            let Some(cluster) = ctx.app.clusters.ray(name).cloned() else {
+                return Err(failed(
+                    "run",
+                    format!("cluster '{name}' is no longer configured on this server"),
+                ));
+            };
+            super::on_ray::compute(&ctx, name, &cluster, tasks, &mut remaining, &mut queue).await?;
+        }
+    }
+    commit_when_full(&ctx, &mut queue, true).await?;
+    // The versions this job's commits made, when it committed everything it selected.
+    let own = job.snapshot().plan.and_then(|p| {
+        p.fragments
+            .iter()
+            .map(|f| match f.status {
+                FragmentStatus::Committed { version, .. } => Some(Some(version)),
+                FragmentStatus::Unselected => Some(None),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()
+            .map(|v| v.into_iter().flatten().collect::<Vec<u64>>())
+    });
+    super::changed::record(&ctx.app, &ctx.location, &ctx.spec, own).await;
+    Ok(())
+}
+
+/// Compute `tasks` on this node (and the replicas that help): each task is claimed first,
+/// and one another node (a helper) holds is left to it for now.
+async fn compute_here(
+    ctx: &Arc<Ctx>,
+    tasks: Vec<Task>,
+    remaining: &mut HashMap<u64, usize>,
+    queue: &mut Vec<u64>,
+) -> Result<(), Stop> {
     let mut running = futures::stream::iter(tasks)
         .map(|t| {
             let ctx = ctx.clone();
@@ -272,16 +289,7 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
                 deferred.push(task);
                 return Ok(());
             }
-            let id = task.fragment;
-            let left = remaining.get_mut(&id).expect("a fragment with tasks");
-            *left -= 1;
-            if *left == 0 {
-                ctx.check()?;
-                stage(&ctx, id).await?;
-                queue.push(id);
-                commit_when_full(&ctx, &mut queue, false).await?;
-            }
-            Ok::<(), Stop>(())
+            task_done(ctx, task.fragment, remaining, queue).await
         }
         .await;
         if let Err(e) = step {
@@ -291,40 +299,68 @@ async fn drive(app: &Arc<App>, job: &Arc<Job>) -> Result<(), Stop> {
     }
     if let Some(e) = first_error {
         // A cancellation seen by one task while another failed is still a cancellation.
-        return Err(if job.cancelled() { Stop::Cancelled } else { e });
+        return Err(if ctx.job.cancelled() {
+            Stop::Cancelled
+        } else {
+            e
+        });
     }
     // The tasks helpers hold: wait for their checkpoints (or compute those whose claim lapsed).
     while !deferred.is_empty() {
         ctx.check()?;
-        let finished = helper::settle_deferred(&ctx, &mut deferred).await?;
+        let finished = helper::settle_deferred(ctx, &mut deferred).await?;
         if finished.is_empty() {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         for id in finished {
-            let left = remaining.get_mut(&id).expect("a fragment with tasks");
-            *left -= 1;
-            if *left == 0 {
-                stage(&ctx, id).await?;
-                queue.push(id);
-                commit_when_full(&ctx, &mut queue, false).await?;
-            }
+            task_done(ctx, id, remaining, queue).await?;
         }
     }
-    commit_when_full(&ctx, &mut queue, true).await?;
-    // The versions this job's commits made, when it committed everything it selected.
-    let own = job.snapshot().plan.and_then(|p| {
-        p.fragments
-            .iter()
-            .map(|f| match f.status {
-                FragmentStatus::Committed { version, .. } => Some(Some(version)),
-                FragmentStatus::Unselected => Some(None),
-                _ => None,
-            })
-            .collect::<Option<Vec<_>>>()
-            .map(|v| v.into_iter().flatten().collect::<Vec<u64>>())
-    });
-    super::changed::record(&ctx.app, &ctx.location, &ctx.spec, own).await;
     Ok(())
+}
+
+/// One more task of fragment `id` is checkpointed: once all are, stage the fragment and
+/// commit when a group is full.
+pub(super) async fn task_done(
+    ctx: &Arc<Ctx>,
+    id: u64,
+    remaining: &mut HashMap<u64, usize>,
+    queue: &mut Vec<u64>,
+) -> Result<(), Stop> {
+    let left = remaining.get_mut(&id).expect("a fragment with tasks");
+    *left -= 1;
+    if *left == 0 {
+        ctx.check()?;
+        stage(ctx, id).await?;
+        queue.push(id);
+        commit_when_full(ctx, queue, false).await?;
+    }
+    Ok(())
+}
+
+/// Set the job's progress from what is durable: staged and committed fragments, and the
+/// checkpoints of the others.
+pub(super) fn durable_progress(job: &Job, plan: &Plan, ckpts: &[Checkpoint]) {
+    let mut done = 0;
+    let mut nulled = 0;
+    for f in &plan.fragments {
+        match &f.status {
+            FragmentStatus::Staged { nulled: n, .. }
+            | FragmentStatus::Committed { nulled: n, .. } => {
+                done += f.selected_rows;
+                nulled += n;
+            }
+            FragmentStatus::Pending => {
+                for c in ckpts.iter().filter(|c| c.fragment == f.id) {
+                    done += c.selected;
+                    nulled += c.nulled;
+                }
+            }
+            FragmentStatus::Skipped { .. } | FragmentStatus::Unselected => {}
+        }
+    }
+    job.progress().rows_done.store(done, Ordering::Relaxed);
+    job.progress().rows_nulled.store(nulled, Ordering::Relaxed);
 }
 
 /// Fragments, rows each selects, and the task size.
@@ -509,7 +545,7 @@ async fn flush(
 }
 
 /// Write a fully checkpointed fragment's column file and record it as staged.
-async fn stage(ctx: &Arc<Ctx>, id: u64) -> Result<(), Stop> {
+pub(super) async fn stage(ctx: &Arc<Ctx>, id: u64) -> Result<(), Stop> {
     let record = ctx.job.snapshot();
     let frag = record
         .plan
@@ -559,7 +595,11 @@ async fn stage(ctx: &Arc<Ctx>, id: u64) -> Result<(), Stop> {
 }
 
 /// Commit the queued fragments once there are `commit_granularity` of them (or any, at the end).
-async fn commit_when_full(ctx: &Arc<Ctx>, queue: &mut Vec<u64>, last: bool) -> Result<(), Stop> {
+pub(super) async fn commit_when_full(
+    ctx: &Arc<Ctx>,
+    queue: &mut Vec<u64>,
+    last: bool,
+) -> Result<(), Stop> {
     while !queue.is_empty() && (last || queue.len() >= ctx.spec.commit_granularity) {
         ctx.check()?;
         let n = queue.len().min(ctx.spec.commit_granularity);

@@ -5,9 +5,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{ApiError, ApiResult};
 
-/// The worker pools this server has: a single node runs everything in one.
-pub const CLUSTERS: &[&str] = &["default"];
-
 /// Options as a request sends them (every one optional).
 #[derive(Debug, Clone, Default, Deserialize, schemars::JsonSchema)]
 #[serde(default)]
@@ -187,15 +184,11 @@ impl BackfillOptions {
             }
             Some(s) => s,
         };
-        let cluster = match self.cluster.as_deref().filter(|c| !c.is_empty()) {
-            None => "default".to_string(),
-            Some(c) if CLUSTERS.contains(&c) => c.to_string(),
-            Some(c) => {
-                return Err(ApiError::invalid(format!(
-                    "unknown cluster '{c}'; this server has: {}",
-                    CLUSTERS.join(", ")
-                )));
-            }
+        // Whether the cluster exists, and the tenant may use it, is the server's to say
+        // (`super::submit`): its clusters are configured, not fixed.
+        let cluster = match self.cluster.as_deref().map(str::trim) {
+            None | Some("") => "default".to_string(),
+            Some(c) => c.to_string(),
         };
         let read_version = match self.read_version {
             None => latest,
@@ -351,12 +344,12 @@ mod tests {
         })
         .unwrap();
         assert_eq!(s.batch_checkpoint_flush_interval_seconds, 0.25);
-        let e = check(BackfillOptions {
-            cluster: Some("gpu".into()),
+        let s = check(BackfillOptions {
+            cluster: Some(" gpu ".into()),
             ..opts("c")
         })
-        .unwrap_err();
-        assert!(e.message.contains("default"), "{e}");
+        .unwrap();
+        assert_eq!(s.cluster, "gpu");
         let s = check(BackfillOptions {
             filter: Some(" true ".into()),
             ..opts("c")

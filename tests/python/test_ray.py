@@ -1,0 +1,409 @@
+"""Backfills scheduled by Ray (docs/ray.md): a real Ray cluster from PyPI (a head and two
+worker nodes, each its own `ray start` process tree on loopback), Lancet on an S3 root (moto on
+loopback), and backfills whose `cluster` names the Ray cluster: a Wasm UDF, a native Python
+(numpy) UDF and a model column, values checked row by row and the job's events naming the Ray
+nodes that ran each task. Faults: a worker node killed mid-job (its tasks run again on the
+other; every row written once), the Lancet node owning the job SIGKILLed mid-job (a restart
+attaches to the same Ray job and finishes it), a task over its time limit, an unreachable head,
+and clusters a request may not use.
+
+The nodes share this machine's network namespace: the processes talk over loopback TCP as
+they would across hosts (Ray's GCS, raylets and dashboard; Lancet to the dashboard's Job
+Submission API; every process to the S3 endpoint), but no network namespace of its own per
+node (that needs CAP_NET_ADMIN, which CI's machines do not promise)."""
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import boto3
+import lancedb
+import numpy as np
+import pyarrow as pa
+import pytest
+from lance_namespace_urllib3_client import ApiClient, Configuration
+from lance_namespace_urllib3_client.api import TableApi
+from lance_namespace_urllib3_client.exceptions import ApiException
+from lance_namespace_urllib3_client.models import (
+    AlterTableAddColumnsRequest, AlterTableBackfillColumnsRequest,
+)
+
+from conftest import Lancet
+from test_jobs import virtual_column
+from test_object_store import new_root, s3  # noqa: F401 - the moto fixture
+from test_model_columns import cosines, model_column
+from test_models import ONNX, ORT, TOKENIZER, call, manifest, read, upload
+from test_native_python import PYTHON, native_column
+
+# One Ray cluster for the module, whichever pytest-xdist worker runs it (run.sh: loadgroup).
+pytestmark = pytest.mark.xdist_group("ray")
+
+BIN = os.path.dirname(sys.executable)
+RAY = os.path.join(BIN, "ray")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get_json(url):
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def descendants(pid):
+    """Every process under `pid`, from /proc."""
+    children = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+class RayCluster:
+    """`ray start --block` processes: a head (no CPUs: it schedules, runs nothing) and worker
+    nodes of one CPU each, every one a process group of its own so a test can kill one."""
+
+    def __init__(self, env):
+        # Ray puts Unix sockets under its temp dir: keep the path short.
+        self.tmp = tempfile.mkdtemp(prefix="lr", dir="/tmp")
+        self.log = open(os.path.join(self.tmp, "nodes.log"), "ab")
+        self.port = free_port()
+        self.dashboard = f"http://127.0.0.1:{free_port()}"
+        self.env = {**os.environ, **env, "PATH": BIN + os.pathsep + os.environ["PATH"],
+                    "RAY_USAGE_STATS_ENABLED": "0"}
+        self.head = self._start(["--head", "--port", str(self.port), "--num-cpus", "0",
+                                 "--dashboard-host", "127.0.0.1",
+                                 "--dashboard-port", self.dashboard.rsplit(":", 1)[1],
+                                 "--include-dashboard", "true", "--temp-dir", self.tmp])
+        self.workers = {}
+        for name in ("a", "b"):
+            self.add_worker(name)
+
+    def _start(self, args):
+        return subprocess.Popen([RAY, "start", "--block", "--node-ip-address", "127.0.0.1",
+                                 "--disable-usage-stats", *args],
+                                env=self.env, stdout=self.log, stderr=self.log,
+                                start_new_session=True)
+
+    def add_worker(self, name):
+        self.workers[name] = self._start(["--address", f"127.0.0.1:{self.port}", "--num-cpus", "1",
+                                          "--resources", json.dumps({f"node_{name}": 1})])
+        self.wait_nodes(1 + len(self.workers))
+
+    def alive(self):
+        try:
+            nodes = get_json(f"{self.dashboard}/api/v0/nodes?limit=100")["data"]["result"]["result"]
+        except (OSError, ValueError, KeyError):
+            return -1
+        return sum(1 for n in nodes if n.get("state") == "ALIVE")
+
+    def wait_nodes(self, n, timeout=120):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if self.alive() == n:
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"Ray has {self.alive()} live nodes, not {n}; see {self.tmp}/nodes.log")
+
+    def node_id(self, name):
+        """The Ray node id of worker `name` (its custom resource says which it is)."""
+        nodes = get_json(f"{self.dashboard}/api/v0/nodes?limit=100&detail=true")["data"]["result"]["result"]
+        return next(n["node_id"] for n in nodes
+                    if n["state"] == "ALIVE" and f"node_{name}" in n.get("resources_total", {}))
+
+    def tasks(self, job_id):
+        """Every attempt of the Ray tasks of a Lancet job (Ray's state API)."""
+        tasks = get_json(f"{self.dashboard}/api/v0/tasks?limit=10000&detail=true")["data"]["result"]["result"]
+        return [t for t in tasks if t["name"].startswith(f"lancet-{job_id}-")]
+
+    def kill(self, name):
+        """SIGKILL worker node `name` as a machine crash would: `ray start`, its raylet, and
+        every process under them (Ray's workers run in process groups of their own, and the
+        task processes under them in sessions of their own)."""
+        proc = self.workers.pop(name)
+        for pid in [proc.pid, *descendants(proc.pid)]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait()
+
+    def stop(self):
+        for proc in [*self.workers.values(), self.head]:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        self.log.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def ray_env(s3):  # noqa: F811
+    with tempfile.TemporaryDirectory() as envs:
+        os.chmod(envs, 0o755)
+        cluster = RayCluster(s3)
+        try:
+            yield cluster, envs
+        finally:
+            cluster.stop()
+
+
+def clusters_file(cluster, envs, path):
+    lancet = os.path.abspath(os.environ.get("LANCET_BIN", shutil.which("lancet") or "lancet"))
+    native = ["--onnxruntime", ORT, "--native-python", PYTHON, "--native-installer", sys.executable, "--native-dir", envs]
+    if os.environ.get("LANCET_PACKAGE_INDEX"):
+        native += ["--package-index", os.environ["LANCET_PACKAGE_INDEX"]]
+    common = {"address": cluster.dashboard, "python": sys.executable, "lancet": lancet,
+              "args": native, "num_cpus": 1, "max_retries": 3}
+    clusters = {
+        "workers": common,
+        "tight": {**common, "task_timeout": "2s", "max_retries": 0},
+        "down": {**common, "address": f"http://127.0.0.1:{free_port()}", "unreachable_after": "2s"},
+        "elsewhere": {**common, "tenants": ["someone-else"]},
+    }
+    lines = []
+    for name, c in clusters.items():
+        lines.append(f"[ray.{name}]")
+        lines += [f"{k} = {json.dumps(v)}" for k, v in c.items()]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return native
+
+
+@pytest.fixture(scope="module")
+def lancet_on_ray(ray_env, s3):  # noqa: F811
+    cluster, envs = ray_env
+    root = new_root(s3)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "clusters.toml")
+        native = clusters_file(cluster, envs, path)
+        # The native tier's tenant settings live in the root's auth file (an object here).
+        bucket, prefix = root[len("s3://"):].split("/", 1)
+        boto3.client("s3", endpoint_url=s3["AWS_ENDPOINT"], region_name=s3["AWS_REGION"],
+                     aws_access_key_id=s3["AWS_ACCESS_KEY_ID"],
+                     aws_secret_access_key=s3["AWS_SECRET_ACCESS_KEY"]).put_object(
+            Bucket=bucket, Key=f"{prefix}/_auth/auth.toml",
+            Body=b"[tenants.default]\nnative_python = true\n")
+        args = ["--clusters", path, *native]
+        env = {**s3, "LANCET_NODE_ID": "owner"}
+        server = Lancet(root, args=args, env=env)
+        server.restart = lambda: Lancet(root, args=args, env=env)
+        try:
+            server.post("/v1/namespace/test/create")
+            upload(server, read(ONNX))
+            upload(server, read(TOKENIZER))
+            status, answer = call(server, "/v1/model/minilm/create", manifest())
+            assert status == 200, answer
+            yield server, cluster
+        finally:
+            server.stop()
+
+
+def api(server):
+    return TableApi(ApiClient(Configuration(host=server.base, access_token=server.key)))
+
+
+def backfill(server, table, column, cluster, **options):
+    req = AlterTableBackfillColumnsRequest(column=column, cluster=cluster, **options)
+    return api(server).alter_table_backfill_columns(f"test${table}", req).job_id
+
+
+def db(server):
+    return lancedb.connect("db://test", api_key=server.key, host_override=server.base,
+                           region="us-east-1")
+
+
+def wait(server, job_id, timeout=300):
+    """The job once it ended (lancedb's Job), whether it succeeded or not."""
+    job = db(server).open_job(job_id)
+    deadline = time.time() + timeout
+    while job.status() not in ("finished", "failed", "cancelled"):
+        assert time.time() < deadline, f"job {job_id} still running"
+        time.sleep(0.5)
+        job = db(server).open_job(job_id)
+    return job
+
+
+def events(server, job_id):
+    """The job's events (lancedb's Job.events), as dicts."""
+    return db(server).open_job(job_id).events().to_pylist()
+
+
+def table_rows(server, name, columns):
+    return db(server).open_table(name).search().select(columns).limit(10_000).to_arrow().to_pylist()
+
+
+def fragments(server, name, n, per):
+    """`test$name` with `n` fragments of `per` rows (ids 0..n*per)."""
+    for f in range(n):
+        ids = list(range(f * per, (f + 1) * per))
+        data = pa.table({"id": ids, "text": [f"Row {i}" for i in ids]})
+        (server.create_table if f == 0 else server.insert)(f"test${name}", data)
+
+
+# `2 * id`, a quarter of a second per row: slow enough to kill things mid-task. (The Wasm
+# `slow_double`'s spin loop is folded away by the compiler: not slow at all.)
+SLOW = """
+import time
+import pyarrow.compute as pc
+
+def double(x):
+    time.sleep(0.25 * len(x))
+    return pc.multiply(x, 2)
+"""
+
+
+def slow_column(server, table):
+    col = native_column("dbl", SLOW, "double", {"type": "int64"}, ["id"], manifest={"mode": "batch"})
+    api(server).alter_table_add_columns(f"test${table}", AlterTableAddColumnsRequest(new_columns=[col]))
+
+
+def ray_nodes(server, job_id):
+    """The Ray nodes the job's task_complete events name."""
+    return {e["emitted_by"] for e in events(server, job_id)
+            if e["state"] == "task_complete" and e["emitted_by"].startswith("ray node ")}
+
+
+def test_a_wasm_backfill_runs_on_ray_and_is_committed_here(lancet_on_ray):
+    server, _ = lancet_on_ray
+    fragments(server, "w", 4, 25)
+    server.post("/v1/table/test$w/add_columns", {"new_columns": [
+        {"name": "slug", "virtual_column": virtual_column("slugify", "slugify", ["text"])}]})
+    job_id = backfill(server, "w", "slug", "workers", task_size=10)
+    done = wait(server, job_id)
+    assert done.status() == "finished", done.failure
+    assert done.result["rows_written"] == 100
+    got = sorted((r["id"], r["slug"]) for r in table_rows(server, "w", ["id", "slug"]))
+    assert got == [(i, f"row-{i}") for i in range(100)]
+    states = [e["state"] for e in events(server, job_id)]
+    assert "ray_submitted" in states
+    # 4 fragments of 25 rows in tasks of 10: 12 tasks, each computed on a Ray worker node.
+    completed = [e for e in events(server, job_id) if e["state"] == "task_complete"]
+    assert len(completed) == 12 and all(e["emitted_by"].startswith("ray node ") for e in completed)
+    assert sum(e["rows_processed"] for e in completed) == 100
+
+
+def test_a_native_numpy_udf_and_a_model_column_run_on_ray(lancet_on_ray):
+    server, _ = lancet_on_ray
+    fragments(server, "n", 2, 20)
+    source = ("import numpy as np\nimport pyarrow as pa\n"
+              "def root(x):\n    v = x.to_numpy(zero_copy_only=False).astype('float64')\n"
+              "    return pa.array(np.sqrt(v + 1.0))\n")
+    col = native_column("r", source, "root", {"type": "double"}, ["id"],
+                        manifest={"pip": ["numpy"], "mode": "batch"})
+    api(server).alter_table_add_columns("test$n", AlterTableAddColumnsRequest(new_columns=[col]))
+    job_id = backfill(server, "n", "r", "workers", task_size=10)
+    done = wait(server, job_id, timeout=600)
+    assert done.status() == "finished", done.failure
+    got = {r["id"]: r["r"] for r in table_rows(server, "n", ["id", "r"])}
+    assert sorted(got) == list(range(40))
+    assert all(abs(got[i] - np.sqrt(i + 1.0)) < 1e-12 for i in got), got
+    assert ray_nodes(server, job_id)
+
+    # The model column: every task calls the model on the Ray node that runs it.
+    api(server).alter_table_add_columns("test$n", AlterTableAddColumnsRequest(
+        new_columns=[model_column("vec")]))
+    job_id = backfill(server, "n", "vec", "workers", task_size=20)
+    done = wait(server, job_id, timeout=600)
+    assert done.status() == "finished", done.failure
+    got = {r["id"]: r["vec"] for r in table_rows(server, "n", ["id", "text", "vec"])}
+    c = cosines([got[i] for i in range(40)], [f"Row {i}" for i in range(40)])
+    assert c.min() >= 0.9999, c
+    assert ray_nodes(server, job_id)
+
+
+def test_a_worker_node_killed_mid_job_loses_nothing(lancet_on_ray):
+    server, cluster = lancet_on_ray
+    fragments(server, "k", 6, 8)
+    slow_column(server, "k")
+    job_id = backfill(server, "k", "dbl", "workers", task_size=8, checkpoint_size=2,
+                      max_checkpoint_size=2)
+    # Kill worker node a (its raylet, workers and their task processes) while it computes a
+    # task of the job.
+    node_a = cluster.node_id("a")
+    deadline = time.time() + 120
+    while not [t for t in cluster.tasks(job_id) if t["state"] == "RUNNING" and t["node_id"] == node_a
+               and t["name"] != "open_tasks"]:
+        assert time.time() < deadline, cluster.tasks(job_id)
+        time.sleep(0.1)
+    cluster.kill("a")
+    try:
+        done = wait(server, job_id)
+        assert done.status() == "finished", done.failure
+        got = sorted((r["id"], r["dbl"]) for r in table_rows(server, "k", ["id", "dbl"]))
+        assert got == [(i, 2 * i) for i in range(48)]  # every row once, with its value
+        assert done.result["rows_written"] == 48
+        # Ray ran what node a was computing again, on another node.
+        retried = [t for t in cluster.tasks(job_id) if t["attempt_number"] > 0]
+        assert retried and all(t["node_id"] != node_a for t in retried), cluster.tasks(job_id)
+    finally:
+        cluster.add_worker("a2")
+
+
+def test_the_owner_killed_mid_job_reattaches_to_the_ray_job(lancet_on_ray):
+    server, _ = lancet_on_ray
+    fragments(server, "o", 4, 8)
+    slow_column(server, "o")
+    job_id = backfill(server, "o", "dbl", "workers", task_size=8, checkpoint_size=2,
+                      max_checkpoint_size=2)
+    deadline = time.time() + 120
+    while "ray_submitted" not in [e["state"] for e in events(server, job_id)]:
+        assert time.time() < deadline
+        time.sleep(0.2)
+    server.proc.kill()
+    server.proc.wait()
+    again = server.restart()
+    try:
+        done = wait(again, job_id)
+        assert done.status() == "finished", done.failure
+        states = [e["state"] for e in events(again, job_id)]
+        assert states.count("ray_submitted") == 1 and "ray_attached" in states, states
+        got = sorted((r["id"], r["dbl"]) for r in table_rows(again, "o", ["id", "dbl"]))
+        assert got == [(i, 2 * i) for i in range(32)]
+    finally:
+        # The module's other tests use `server`: point it at the new process.
+        server.proc, server.base = again.proc, again.base
+
+
+def test_limits_and_refusals_name_the_task_and_the_cluster(lancet_on_ray):
+    server, _ = lancet_on_ray
+    fragments(server, "e", 1, 16)
+    slow_column(server, "e")
+    # A task over the cluster's time limit (2 s; it sleeps 4): the job fails naming the task
+    # and the limit.
+    failed = wait(server, backfill(server, "e", "dbl", "tight", task_size=16))
+    assert failed.status() == "failed"
+    why = failed.failure.message
+    assert "task fragment" in why and "rows 0..16" in why and "time limit of 2 s" in why, why
+    # An unreachable head: a clear failure, not a hang.
+    failed = wait(server, backfill(server, "e", "dbl", "down"))
+    assert failed.status() == "failed"
+    why = failed.failure.message
+    assert "Ray cluster 'down'" in why and "cannot reach it" in why, why
+    # Unknown, and not open to this tenant: 400 naming the cluster, and no job.
+    for name, says in [("nope", "unknown cluster 'nope'"),
+                       ("elsewhere", "cluster 'elsewhere' is not open to tenant 'default'")]:
+        with pytest.raises(ApiException) as e:
+            backfill(server, "e", "dbl", name)
+        assert e.value.status == 400 and says in e.value.body, e.value.body
