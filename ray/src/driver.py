@@ -36,26 +36,49 @@ def here():
 
 def die_with_parent():
     # The task's process dies with the Ray worker that started it (a killed node leaves no
-    # orphan computing beside the retry), and gets a process group of its own, so a limit
-    # stops its children too.
-    os.setsid()
+    # orphan computing beside the retry).
     ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def group_rss(pgid):
-    """Resident bytes of every process in the group."""
-    total = 0
+def processes():
+    """Each process's resident bytes, and each process's children, from /proc."""
+    rss, children = {}, {}
+    page = os.sysconf("SC_PAGE_SIZE")
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
             with open(f"/proc/{pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            if int(fields[2]) == pgid:
-                total += int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
-        except (OSError, IndexError, ValueError):
+        except OSError:
             continue
-    return total
+        rss[int(pid)] = int(fields[21]) * page
+        children.setdefault(int(fields[1]), []).append(int(pid))
+    return rss, children
+
+
+def tree(root, children):
+    """`root` and every process under it (the native tier's sandboxed workers run in sessions
+    of their own: a process group would miss them)."""
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def tree_rss(root):
+    rss, children = processes()
+    return sum(rss.get(pid, 0) for pid in tree(root, children))
+
+
+def kill_tree(root):
+    for pid in tree(root, processes()[1]):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def run(argv, what):
@@ -63,18 +86,19 @@ def run(argv, what):
     limit = SPEC.get("memory_bytes")
     timeout = SPEC.get("timeout_seconds")
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(argv, stdout=out, stderr=err, preexec_fn=die_with_parent)
+        proc = subprocess.Popen(argv, stdout=out, stderr=err, preexec_fn=die_with_parent,
+                                start_new_session=True)
         started = time.monotonic()
         exceeded = None
         while proc.poll() is None:
             time.sleep(0.1)
             if timeout is not None and time.monotonic() - started > timeout:
                 exceeded = f"exceeded its time limit of {timeout:g} s"
-            elif limit is not None and (rss := group_rss(proc.pid)) > limit:
+            elif limit is not None and (rss := tree_rss(proc.pid)) > limit:
                 exceeded = (f"exceeded its memory limit of {limit >> 20} MiB "
                             f"(its processes held {rss >> 20} MiB)")
             if exceeded:
-                os.killpg(proc.pid, signal.SIGKILL)
+                kill_tree(proc.pid)
                 proc.wait()
                 raise RuntimeError(f"{what} {exceeded} on {here()}")
         out.seek(0)

@@ -7,10 +7,12 @@ other; every row written once), the Lancet node owning the job SIGKILLed mid-job
 attaches to the same Ray job and finishes it), a task over its time limit, an unreachable head,
 and clusters a request may not use.
 
-The nodes share this machine's network namespace: the processes talk over loopback TCP as
-they would across hosts (Ray's GCS, raylets and dashboard; Lancet to the dashboard's Job
-Submission API; every process to the S3 endpoint), but no network namespace of its own per
-node (that needs CAP_NET_ADMIN, which CI's machines do not promise)."""
+Each Ray node runs in a network namespace of its own, made by the test (`ip netns`, veth pairs
+on a bridge, addresses of a private /24 that exists only on those links), so everything
+between Lancet, Ray's head and its workers, and the S3 endpoint crosses a network. Where the
+machine does not let the test make namespaces (no CAP_NET_ADMIN), the nodes share loopback
+instead, and the test says so.
+"""
 import json
 import os
 import shutil
@@ -18,11 +20,16 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
+import urllib.error
 import urllib.request
+import uuid
 
 import boto3
+import geneva
+import geneva.cloudpickle
 import lancedb
 import numpy as np
 import pyarrow as pa
@@ -36,10 +43,14 @@ from lance_namespace_urllib3_client.models import (
 
 from conftest import Lancet
 from test_jobs import virtual_column
-from test_object_store import new_root, s3  # noqa: F401 - the moto fixture
+from test_object_store import new_root
 from test_model_columns import cosines, model_column
 from test_models import ONNX, ORT, TOKENIZER, call, manifest, read, upload
 from test_native_python import PYTHON, native_column
+from test_python_udf import SLUG, python_column, slug
+
+# Geneva's UDFs of this module travel by value, as from a notebook.
+geneva.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 # One Ray cluster for the module, whichever pytest-xdist worker runs it (run.sh: loadgroup).
 pytestmark = pytest.mark.xdist_group("ray")
@@ -78,35 +89,92 @@ def descendants(pid):
     return found
 
 
-class RayCluster:
-    """`ray start --block` processes: a head (no CPUs: it schedules, runs nothing) and worker
-    nodes of one CPU each, every one a process group of its own so a test can kill one."""
+class Network:
+    """A bridge in this namespace (the host: Lancet and the S3 endpoint) and a network
+    namespace per Ray node, each joined to the bridge by a veth pair; or, where namespaces
+    cannot be made, loopback for all."""
 
-    def __init__(self, env):
+    def __init__(self):
+        self.tag = uuid.uuid4().hex[:5]  # interface names must fit in 15 characters
+        self.subnet = f"10.213.{int(self.tag[:2], 16)}"
+        self.bridge = f"lr{self.tag}br"
+        self.spaces = []
+        try:
+            for cmd in (["link", "add", self.bridge, "type", "bridge"],
+                        ["addr", "add", f"{self.subnet}.1/24", "dev", self.bridge],
+                        ["link", "set", self.bridge, "up"]):
+                ip(*cmd)
+            self.host = f"{self.subnet}.1"
+        except (OSError, subprocess.CalledProcessError) as e:
+            print(f"no network namespaces here ({e}): the Ray nodes share loopback")
+            self.close()
+            self.bridge = None
+            self.host = "127.0.0.1"
+
+    def node(self):
+        """A new namespace joined to the bridge: its address and the command prefix that runs
+        a program in it (loopback and none without namespaces)."""
+        if self.bridge is None:
+            return "127.0.0.1", []
+        n = len(self.spaces) + 2
+        ns, here, there = f"lr{self.tag}n{n}", f"lr{self.tag}h{n}", f"lr{self.tag}p{n}"
+        ip("netns", "add", ns)
+        self.spaces.append(ns)
+        ip("link", "add", here, "type", "veth", "peer", "name", there)
+        ip("link", "set", there, "netns", ns)
+        ip("link", "set", here, "master", self.bridge, "up")
+        ip("-n", ns, "addr", "add", f"{self.subnet}.{n}/24", "dev", there)
+        ip("-n", ns, "link", "set", there, "up")
+        ip("-n", ns, "link", "set", "lo", "up")
+        return f"{self.subnet}.{n}", ["ip", "netns", "exec", ns]
+
+    def close(self):
+        for ns in self.spaces:
+            subprocess.run(["ip", "netns", "del", ns], check=False)
+        if self.bridge:
+            subprocess.run(["ip", "link", "del", self.bridge], check=False,
+                           stderr=subprocess.DEVNULL)
+
+
+def ip(*args):
+    subprocess.run(["ip", *args], check=True, capture_output=True)
+
+
+class RayCluster:
+    """`ray start --block` processes, each in a namespace of `net`: a head (no CPUs: it
+    schedules, runs nothing) and worker nodes of one CPU each."""
+
+    def __init__(self, env, net):
+        self.net = net
         # Ray puts Unix sockets under its temp dir: keep the path short.
         self.tmp = tempfile.mkdtemp(prefix="lr", dir="/tmp")
         self.log = open(os.path.join(self.tmp, "nodes.log"), "ab")
-        self.port = free_port()
-        self.dashboard = f"http://127.0.0.1:{free_port()}"
         self.env = {**os.environ, **env, "PATH": BIN + os.pathsep + os.environ["PATH"],
                     "RAY_USAGE_STATS_ENABLED": "0"}
-        self.head = self._start(["--head", "--port", str(self.port), "--num-cpus", "0",
-                                 "--dashboard-host", "127.0.0.1",
-                                 "--dashboard-port", self.dashboard.rsplit(":", 1)[1],
-                                 "--include-dashboard", "true", "--temp-dir", self.tmp])
+        address, prefix = net.node()
+        self.port = free_port()
+        dashboard_port = free_port()
+        self.head_address = f"{address}:{self.port}"
+        self.dashboard = f"http://{address}:{dashboard_port}"
+        self.head = self._start(prefix, address, [
+            "--head", "--port", str(self.port), "--num-cpus", "0", "--dashboard-host", address,
+            "--dashboard-port", str(dashboard_port), "--include-dashboard", "true",
+            "--temp-dir", self.tmp])
         self.workers = {}
         for name in ("a", "b"):
             self.add_worker(name)
 
-    def _start(self, args):
-        return subprocess.Popen([RAY, "start", "--block", "--node-ip-address", "127.0.0.1",
+    def _start(self, prefix, address, args):
+        return subprocess.Popen([*prefix, RAY, "start", "--block", "--node-ip-address", address,
                                  "--disable-usage-stats", *args],
                                 env=self.env, stdout=self.log, stderr=self.log,
                                 start_new_session=True)
 
     def add_worker(self, name):
-        self.workers[name] = self._start(["--address", f"127.0.0.1:{self.port}", "--num-cpus", "1",
-                                          "--resources", json.dumps({f"node_{name}": 1})])
+        address, prefix = self.net.node()
+        self.workers[name] = self._start(prefix, address, [
+            "--address", self.head_address, "--num-cpus", "1",
+            "--resources", json.dumps({f"node_{name}": 1})])
         self.wait_nodes(1 + len(self.workers))
 
     def alive(self):
@@ -159,19 +227,63 @@ class RayCluster:
 
 
 @pytest.fixture(scope="module")
-def ray_env(s3):  # noqa: F811
-    with tempfile.TemporaryDirectory() as envs:
-        os.chmod(envs, 0o755)
-        cluster = RayCluster(s3)
+def net():
+    network = Network()
+    try:
+        yield network
+    finally:
+        network.close()
+
+
+@pytest.fixture(scope="module")
+def s3(net):
+    """moto's S3 on the host's side of the bridge, where Lancet and every Ray node reach it."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, os.path.join(os.path.dirname(__file__), "..", "s3", "moto_server.py"),
+         "-H", net.host, "-p", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for _ in range(300):
         try:
-            yield cluster, envs
+            socket.create_connection((net.host, port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    cache = tempfile.mkdtemp(prefix="lancet-ray-cache-")
+    machine = os.environ.get("LANCET_CACHE_DIR", os.path.expanduser("~/.cache/lancet"))
+    os.makedirs(os.path.join(machine, "python"), exist_ok=True)
+    os.symlink(os.path.join(machine, "python"), os.path.join(cache, "python"))
+    try:
+        yield {"AWS_ENDPOINT": f"http://{net.host}:{port}", "AWS_ALLOW_HTTP": "true",
+               "AWS_ACCESS_KEY_ID": "lancet-test", "AWS_SECRET_ACCESS_KEY": "lancet-test-secret",
+               "AWS_REGION": "us-east-1", "LANCET_CACHE_DIR": cache}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def ray_env(s3, net):
+    with tempfile.TemporaryDirectory() as shared:
+        # The native tier's environments, and the test venv's packages for Geneva's pickled
+        # UDFs (as test_geneva_udfs.py: hard links where the file system allows, else a copy),
+        # readable by the sandbox's uids.
+        os.chmod(shared, 0o755)
+        site = os.path.join(shared, "site")
+        if subprocess.run(["cp", "-al", sysconfig.get_paths()["purelib"], site]).returncode != 0:
+            shutil.copytree(sysconfig.get_paths()["purelib"], site)
+        cluster = RayCluster(s3, net)
+        try:
+            yield cluster, shared
         finally:
             cluster.stop()
 
 
-def clusters_file(cluster, envs, path):
+def clusters_file(cluster, shared, path):
     lancet = os.path.abspath(os.environ.get("LANCET_BIN", shutil.which("lancet") or "lancet"))
-    native = ["--onnxruntime", ORT, "--native-python", PYTHON, "--native-installer", sys.executable, "--native-dir", envs]
+    native = ["--onnxruntime", ORT, "--native-python", PYTHON, "--native-installer", sys.executable,
+              "--native-dir", os.path.join(shared, "envs"), "--native-site", os.path.join(shared, "site")]
     if os.environ.get("LANCET_PACKAGE_INDEX"):
         native += ["--package-index", os.environ["LANCET_PACKAGE_INDEX"]]
     common = {"address": cluster.dashboard, "python": sys.executable, "lancet": lancet,
@@ -179,6 +291,7 @@ def clusters_file(cluster, envs, path):
     clusters = {
         "workers": common,
         "tight": {**common, "task_timeout": "2s", "max_retries": 0},
+        "small": {**common, "memory_mb": 800, "max_retries": 0},
         "down": {**common, "address": f"http://127.0.0.1:{free_port()}", "unreachable_after": "2s"},
         "elsewhere": {**common, "tenants": ["someone-else"]},
     }
@@ -192,12 +305,12 @@ def clusters_file(cluster, envs, path):
 
 
 @pytest.fixture(scope="module")
-def lancet_on_ray(ray_env, s3):  # noqa: F811
-    cluster, envs = ray_env
+def lancet_on_ray(ray_env, s3):
+    cluster, shared = ray_env
     root = new_root(s3)
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "clusters.toml")
-        native = clusters_file(cluster, envs, path)
+        native = clusters_file(cluster, shared, path)
         # The native tier's tenant settings live in the root's auth file (an object here).
         bucket, prefix = root[len("s3://"):].split("/", 1)
         boto3.client("s3", endpoint_url=s3["AWS_ENDPOINT"], region_name=s3["AWS_REGION"],
@@ -205,7 +318,8 @@ def lancet_on_ray(ray_env, s3):  # noqa: F811
                      aws_secret_access_key=s3["AWS_SECRET_ACCESS_KEY"]).put_object(
             Bucket=bucket, Key=f"{prefix}/_auth/auth.toml",
             Body=b"[tenants.default]\nnative_python = true\n")
-        args = ["--clusters", path, *native]
+        # Geneva reads tables straight from the store with the storage options it is vended.
+        args = ["--clusters", path, "--vend-storage-options", "true", *native]
         env = {**s3, "LANCET_NODE_ID": "owner"}
         server = Lancet(root, args=args, env=env)
         server.restart = lambda: Lancet(root, args=args, env=env)
@@ -283,6 +397,45 @@ def ray_nodes(server, job_id):
     """The Ray nodes the job's task_complete events name."""
     return {e["emitted_by"] for e in events(server, job_id)
             if e["state"] == "task_complete" and e["emitted_by"].startswith("ray node ")}
+
+
+def test_a_python_in_wasm_backfill_runs_on_ray(lancet_on_ray):
+    server, _ = lancet_on_ray
+    fragments(server, "p", 2, 30)
+    server.post("/v1/table/test$p/add_columns", {"new_columns": [
+        {"name": "slug", "virtual_column": python_column(SLUG, "slug", ["text"])}]})
+    done = wait(server, backfill(server, "p", "slug", "workers", task_size=15))
+    assert done.status() == "finished", done.failure
+    got = sorted((r["id"], r["slug"]) for r in table_rows(server, "p", ["id", "text", "slug"]))
+    assert got == [(i, slug(f"Row {i}")) for i in range(60)]
+    assert ray_nodes(server, done.id)
+
+
+@geneva.udf(data_type=pa.int64())
+def tripled(id: int) -> int:
+    return id * 3
+
+
+def test_geneva_backfills_its_udf_on_ray(lancet_on_ray, s3, monkeypatch):
+    """Geneva's remote mode names the cluster in its own `backfill(..., cluster=...)`."""
+    server, _ = lancet_on_ray
+    # Geneva also reads the table straight from the store: moto's endpoint and credentials.
+    for k, v in s3.items():
+        if k.startswith("AWS_"):
+            monkeypatch.setenv(k, v)
+    fragments(server, "g", 2, 10)
+    db = geneva.connect("db://test", api_key=server.key, host_override=server.base)
+    try:
+        t = db.open_table("g")
+        t.add_columns({"tripled": tripled})
+        job = t.backfill("tripled", cluster="workers", timeout=300)
+        assert job.status == "DONE"
+    finally:
+        db.close()
+    got = {r["id"]: r["tripled"] for r in table_rows(server, "g", ["id", "tripled"])}
+    assert got == {i: 3 * i for i in range(20)}
+    done = [e for e in events(server, job.job_id) if e["state"] == "ray_submitted"]
+    assert done, events(server, job.job_id)
 
 
 def test_a_wasm_backfill_runs_on_ray_and_is_committed_here(lancet_on_ray):
@@ -386,6 +539,51 @@ def test_the_owner_killed_mid_job_reattaches_to_the_ray_job(lancet_on_ray):
         server.proc, server.base = again.proc, again.base
 
 
+def until(what, check, timeout=120):
+    deadline = time.time() + timeout
+    while not (found := check()):
+        assert time.time() < deadline, what
+        time.sleep(0.2)
+    return found
+
+
+def ray_status(cluster, submission_id):
+    try:
+        return get_json(f"{cluster.dashboard}/api/jobs/{submission_id}")["status"]
+    except urllib.error.HTTPError as e:
+        return e.code
+
+
+def test_pause_resume_and_cancel_follow_the_ray_job(lancet_on_ray):
+    server, cluster = lancet_on_ray
+    fragments(server, "c", 4, 8)
+    slow_column(server, "c")
+    d = db(server)
+    job_id = backfill(server, "c", "dbl", "workers", task_size=8, checkpoint_size=2,
+                      max_checkpoint_size=2)
+    until("submitted", lambda: any(e["state"] == "ray_submitted" for e in events(server, job_id)))
+    # A pause stops the Ray job where it stands; the resumed job is the next generation.
+    assert d.pause_job(job_id) == "pausing"
+    until("paused", lambda: d.open_job(job_id).status() == "PAUSED")
+    until("Ray job stopped", lambda: ray_status(cluster, f"lancet-{job_id}") == "STOPPED")
+    assert d.resume_job(job_id) == "resumed"
+    done = wait(server, job_id)
+    assert done.status() == "finished", done.failure
+    # The job is done once the checkpoints are committed; the driver exits just after.
+    until("Ray job succeeded", lambda: ray_status(cluster, f"lancet-{job_id}-2") == "SUCCEEDED")
+    got = sorted((r["id"], r["dbl"]) for r in table_rows(server, "c", ["id", "dbl"]))
+    assert got == [(i, 2 * i) for i in range(32)]
+    # A cancel stops the Ray job too.
+    fragments(server, "c2", 4, 8)
+    slow_column(server, "c2")
+    job_id = backfill(server, "c2", "dbl", "workers", task_size=8, checkpoint_size=2,
+                      max_checkpoint_size=2)
+    until("submitted", lambda: any(e["state"] == "ray_submitted" for e in events(server, job_id)))
+    d.cancel_job(job_id)
+    until("cancelled", lambda: d.open_job(job_id).status() == "cancelled")
+    until("Ray job stopped", lambda: ray_status(cluster, f"lancet-{job_id}") == "STOPPED")
+
+
 def test_limits_and_refusals_name_the_task_and_the_cluster(lancet_on_ray):
     server, _ = lancet_on_ray
     fragments(server, "e", 1, 16)
@@ -396,6 +594,17 @@ def test_limits_and_refusals_name_the_task_and_the_cluster(lancet_on_ray):
     assert failed.status() == "failed"
     why = failed.failure.message
     assert "task fragment" in why and "rows 0..16" in why and "time limit of 2 s" in why, why
+    # A task whose processes hold more than the cluster's 800 MiB (its UDF, in the native
+    # tier's sandboxed worker, a process of its own, fills 1 GiB): the job fails naming it.
+    hog = ("import time\nimport pyarrow.compute as pc\n"
+           "def hog(x):\n    b = bytearray(1) * (1 << 30)\n    time.sleep(3)\n"
+           "    return pc.multiply(x, len(b) >> 30)\n")
+    api(server).alter_table_add_columns("test$e", AlterTableAddColumnsRequest(new_columns=[
+        native_column("hog", hog, "hog", {"type": "int64"}, ["id"], manifest={"mode": "batch"})]))
+    failed = wait(server, backfill(server, "e", "hog", "small", task_size=16))
+    assert failed.status() == "failed"
+    why = failed.failure.message
+    assert "task fragment 0 rows 0..16" in why and "memory limit of 800 MiB" in why, why
     # An unreachable head: a clear failure, not a hang.
     failed = wait(server, backfill(server, "e", "dbl", "down"))
     assert failed.status() == "failed"

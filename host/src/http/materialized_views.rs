@@ -328,9 +328,15 @@ pub async fn refresh(
         }
     }
     if let Some(c) = body.cluster.as_deref().filter(|c| *c != "default") {
-        return Err(ApiError::invalid(format!(
-            "cluster '{c}' does not exist: this server has 'default'"
-        )));
+        // A refresh is one scan and one overwrite commit: nothing to spread over Ray tasks.
+        return Err(ApiError::invalid(if app.clusters.ray(c).is_some() {
+            format!(
+                "cluster '{c}': a materialized view refresh runs on this server's nodes \
+                 ('default'); Ray clusters run backfills"
+            )
+        } else {
+            format!("cluster '{c}' does not exist: a refresh runs on 'default'")
+        }));
     }
     let version = match (body.source_version, body.src_version) {
         (Some(a), Some(b)) if a != b => {
