@@ -160,6 +160,8 @@ class RayCluster:
             "--head", "--port", str(self.port), "--num-cpus", "0", "--dashboard-host", address,
             "--dashboard-port", str(dashboard_port), "--include-dashboard", "true",
             "--temp-dir", self.tmp])
+        # A worker started before the head answers gives up: wait for the head first.
+        self.wait_nodes(1)
         self.workers = {}
         for name in ("a", "b"):
             self.add_worker(name)
