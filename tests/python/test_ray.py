@@ -294,6 +294,7 @@ def clusters_file(cluster, shared, path):
         "workers": common,
         "tight": {**common, "task_timeout": "2s", "max_retries": 0},
         "small": {**common, "memory_mb": 800, "max_retries": 0},
+        "fragile": {**common, "unreachable_after": "3s"},
         "down": {**common, "address": f"http://127.0.0.1:{free_port()}", "unreachable_after": "2s"},
         "elsewhere": {**common, "tenants": ["someone-else"]},
     }
@@ -618,3 +619,26 @@ def test_limits_and_refusals_name_the_task_and_the_cluster(lancet_on_ray):
         with pytest.raises(ApiException) as e:
             backfill(server, "e", "dbl", name)
         assert e.value.status == 400 and says in e.value.body, e.value.body
+
+
+def test_the_head_lost_mid_job_fails_the_job_saying_so(lancet_on_ray):
+    """Last in the module: it kills the head. A head that stays away longer than the cluster's
+    `unreachable_after` (3 s here) fails the job with why; nothing was committed half-way."""
+    server, cluster = lancet_on_ray
+    fragments(server, "h", 4, 8)
+    slow_column(server, "h")
+    job_id = backfill(server, "h", "dbl", "fragile", task_size=8, checkpoint_size=2,
+                      max_checkpoint_size=2)
+    until("submitted", lambda: any(e["state"] == "ray_submitted" for e in events(server, job_id)))
+    for pid in [cluster.head.pid, *descendants(cluster.head.pid)]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    failed = wait(server, job_id)
+    assert failed.status() == "failed"
+    why = failed.failure.message
+    assert "Ray cluster 'fragile'" in why and "did not answer for 3 s" in why, why
+    # The fragments committed before the loss keep their values; none is half-written.
+    rows = table_rows(server, "h", ["id", "dbl"])
+    assert len(rows) == 32 and all(r["dbl"] in (None, 2 * r["id"]) for r in rows), rows
