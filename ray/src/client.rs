@@ -117,12 +117,7 @@ impl JobClient {
         if answer.status() == reqwest::StatusCode::NOT_FOUND {
             return Ok(None);
         }
-        let answer = ok(answer).await?;
-        answer
-            .json()
-            .await
-            .map(Some)
-            .map_err(|e| RayError::Protocol(e.to_string()))
+        json(ok(answer).await?).await.map(Some)
     }
 
     /// Submit `job` under `id`. Fails (`Api`) if a job with that id exists.
@@ -171,31 +166,23 @@ impl JobClient {
 
     /// Ask the head to stop the job: `true` if it was running.
     pub async fn stop(&self, id: &str) -> Result<bool, RayError> {
-        let url = format!("{}/stop", self.url(id));
-        let answer = ok(self.send(self.http.post(url)).await?).await?;
         #[derive(Deserialize)]
         struct Stopped {
             stopped: bool,
         }
-        let s: Stopped = answer
-            .json()
-            .await
-            .map_err(|e| RayError::Protocol(e.to_string()))?;
+        let url = format!("{}/stop", self.url(id));
+        let s: Stopped = json(ok(self.send(self.http.post(url)).await?).await?).await?;
         Ok(s.stopped)
     }
 
     /// The driver's output so far.
     pub async fn logs(&self, id: &str) -> Result<String, RayError> {
-        let url = format!("{}/logs", self.url(id));
-        let answer = ok(self.send(self.http.get(url)).await?).await?;
         #[derive(Deserialize)]
         struct Logs {
             logs: String,
         }
-        let l: Logs = answer
-            .json()
-            .await
-            .map_err(|e| RayError::Protocol(e.to_string()))?;
+        let url = format!("{}/logs", self.url(id));
+        let l: Logs = json(ok(self.send(self.http.get(url)).await?).await?).await?;
         Ok(l.logs)
     }
 
@@ -215,6 +202,13 @@ impl JobClient {
             RayError::Unreachable(text)
         })
     }
+}
+
+async fn json<T: serde::de::DeserializeOwned>(answer: reqwest::Response) -> Result<T, RayError> {
+    answer
+        .json()
+        .await
+        .map_err(|e| RayError::Protocol(e.to_string()))
 }
 
 async fn ok(answer: reqwest::Response) -> Result<reqwest::Response, RayError> {

@@ -396,6 +396,17 @@ def slow_column(server, table):
     api(server).alter_table_add_columns(f"test${table}", AlterTableAddColumnsRequest(new_columns=[col]))
 
 
+def slow_job(server, table, fragment_count, cluster="workers"):
+    """A backfill of `slow_column` over `fragment_count` fragments of 8 rows, one task each,
+    once its Ray job is submitted."""
+    fragments(server, table, fragment_count, 8)
+    slow_column(server, table)
+    job_id = backfill(server, table, "dbl", cluster, task_size=8, checkpoint_size=2,
+                      max_checkpoint_size=2)
+    until("submitted", lambda: any(e["state"] == "ray_submitted" for e in events(server, job_id)))
+    return job_id
+
+
 def ray_nodes(server, job_id):
     """The Ray nodes the job's task_complete events name."""
     return {e["emitted_by"] for e in events(server, job_id)
@@ -491,10 +502,7 @@ def test_a_native_numpy_udf_and_a_model_column_run_on_ray(lancet_on_ray):
 
 def test_a_worker_node_killed_mid_job_loses_nothing(lancet_on_ray):
     server, cluster = lancet_on_ray
-    fragments(server, "k", 6, 8)
-    slow_column(server, "k")
-    job_id = backfill(server, "k", "dbl", "workers", task_size=8, checkpoint_size=2,
-                      max_checkpoint_size=2)
+    job_id = slow_job(server, "k", 6)
     # Kill worker node a (its raylet, workers and their task processes) while it computes a
     # task of the job.
     node_a = cluster.node_id("a")
@@ -519,14 +527,7 @@ def test_a_worker_node_killed_mid_job_loses_nothing(lancet_on_ray):
 
 def test_the_owner_killed_mid_job_reattaches_to_the_ray_job(lancet_on_ray):
     server, _ = lancet_on_ray
-    fragments(server, "o", 4, 8)
-    slow_column(server, "o")
-    job_id = backfill(server, "o", "dbl", "workers", task_size=8, checkpoint_size=2,
-                      max_checkpoint_size=2)
-    deadline = time.time() + 120
-    while "ray_submitted" not in [e["state"] for e in events(server, job_id)]:
-        assert time.time() < deadline
-        time.sleep(0.2)
+    job_id = slow_job(server, "o", 4)
     server.proc.kill()
     server.proc.wait()
     again = server.restart()
@@ -559,12 +560,8 @@ def ray_status(cluster, submission_id):
 
 def test_pause_resume_and_cancel_follow_the_ray_job(lancet_on_ray):
     server, cluster = lancet_on_ray
-    fragments(server, "c", 4, 8)
-    slow_column(server, "c")
     d = db(server)
-    job_id = backfill(server, "c", "dbl", "workers", task_size=8, checkpoint_size=2,
-                      max_checkpoint_size=2)
-    until("submitted", lambda: any(e["state"] == "ray_submitted" for e in events(server, job_id)))
+    job_id = slow_job(server, "c", 4)
     # A pause stops the Ray job where it stands; the resumed job is the next generation.
     assert d.pause_job(job_id) == "pausing"
     until("paused", lambda: d.open_job(job_id).status() == "PAUSED")
@@ -577,11 +574,7 @@ def test_pause_resume_and_cancel_follow_the_ray_job(lancet_on_ray):
     got = sorted((r["id"], r["dbl"]) for r in table_rows(server, "c", ["id", "dbl"]))
     assert got == [(i, 2 * i) for i in range(32)]
     # A cancel stops the Ray job too.
-    fragments(server, "c2", 4, 8)
-    slow_column(server, "c2")
-    job_id = backfill(server, "c2", "dbl", "workers", task_size=8, checkpoint_size=2,
-                      max_checkpoint_size=2)
-    until("submitted", lambda: any(e["state"] == "ray_submitted" for e in events(server, job_id)))
+    job_id = slow_job(server, "c2", 4)
     d.cancel_job(job_id)
     until("cancelled", lambda: d.open_job(job_id).status() == "cancelled")
     until("Ray job stopped", lambda: ray_status(cluster, f"lancet-{job_id}") == "STOPPED")
@@ -625,11 +618,7 @@ def test_the_head_lost_mid_job_fails_the_job_saying_so(lancet_on_ray):
     """Last in the module: it kills the head. A head that stays away longer than the cluster's
     `unreachable_after` (3 s here) fails the job with why; nothing was committed half-way."""
     server, cluster = lancet_on_ray
-    fragments(server, "h", 4, 8)
-    slow_column(server, "h")
-    job_id = backfill(server, "h", "dbl", "fragile", task_size=8, checkpoint_size=2,
-                      max_checkpoint_size=2)
-    until("submitted", lambda: any(e["state"] == "ray_submitted" for e in events(server, job_id)))
+    job_id = slow_job(server, "h", 4, "fragile")
     for pid in [cluster.head.pid, *descendants(cluster.head.pid)]:
         try:
             os.kill(pid, signal.SIGKILL)

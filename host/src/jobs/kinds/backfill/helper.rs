@@ -144,25 +144,29 @@ async fn help_with(app: &Arc<App>, record: JobRecord) -> Result<(), Stop> {
     let job = app.jobs.detached(record);
     let ctx = context(app, &job).await?;
     let node = app.jobs.node().to_string();
-    // A cancel, a pause or the job's end stops the task in hand too (the record is read
-    // every second, as the owner reads it), so no checkpoint lands after the job is over.
-    let watcher = tokio::spawn({
-        let job = job.clone();
-        async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                if let Ok(r) = job.dir().load().await
-                    && (r.cancel_requested || r.pause_requested || r.state != JobState::InProgress)
-                {
-                    job.request_stop();
-                    return;
-                }
-            }
-        }
-    });
+    // A cancel, a pause or the job's end stops the task in hand too, so no checkpoint lands
+    // after the job is over.
+    let watcher = stop_when_over(&job);
     let outcome = help_tasks(&ctx, &job, &node).await;
     watcher.abort();
     outcome
+}
+
+/// Stop `job`'s work here once its record (read every second, as the owner reads it) says it
+/// was cancelled, paused or ended elsewhere; abort the handle when the work is done.
+pub(super) fn stop_when_over(job: &Arc<Job>) -> tokio::task::JoinHandle<()> {
+    let job = job.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            if let Ok(r) = job.dir().load().await
+                && (r.cancel_requested || r.pause_requested || r.state != JobState::InProgress)
+            {
+                job.request_stop();
+                return;
+            }
+        }
+    })
 }
 
 async fn help_tasks(ctx: &Arc<Ctx>, job: &Arc<Job>, node: &str) -> Result<(), Stop> {

@@ -4,11 +4,10 @@
 //! job's root. Neither commits: the job's owner stages and commits from the checkpoints.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde::Serialize;
 
-use super::helper::{Task, open_tasks};
+use super::helper::{Task, open_tasks, stop_when_over};
 use super::run::{context, run_task};
 use crate::App;
 use crate::error::{ApiError, ApiResult};
@@ -54,21 +53,8 @@ pub async fn run(app: &Arc<App>, job_id: &str, task: OpenTask, worker: &str) -> 
     if pos >= task.end {
         return Ok(0);
     }
-    // A cancel, a pause or the job's end stops the task (the record is read every second).
-    let watcher = tokio::spawn({
-        let job = job.clone();
-        async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                if let Ok(r) = job.dir().load().await
-                    && (r.cancel_requested || r.pause_requested || r.state != JobState::InProgress)
-                {
-                    job.request_stop();
-                    return;
-                }
-            }
-        }
-    });
+    // A cancel, a pause or the job's end stops the task.
+    let watcher = stop_when_over(&job);
     let ran = run_task(
         &ctx,
         Task {
