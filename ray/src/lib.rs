@@ -16,6 +16,8 @@
 //!
 //! [jobs]: https://docs.ray.io/en/latest/cluster/running-applications/job-submission/rest.html
 
+#![warn(missing_docs)]
+
 mod client;
 mod config;
 mod driver;

@@ -16,6 +16,8 @@ pub struct Config {
 }
 
 impl Config {
+    /// A configuration of these entries (tests build one; a guest gets its own from
+    /// [`config()`](crate::config)).
     pub fn new(entries: BTreeMap<String, String>) -> Self {
         Self { entries }
     }
@@ -25,6 +27,7 @@ impl Config {
         Parser::new(text).object().map(Self::new)
     }
 
+    /// The value of `key`, as the manifest's `config` gives it.
     pub fn get(&self, key: &str) -> Option<&str> {
         self.entries.get(key).map(String::as_str)
     }
@@ -41,6 +44,7 @@ impl Config {
         }
     }
 
+    /// Every entry, by key.
     pub fn entries(&self) -> &BTreeMap<String, String> {
         &self.entries
     }

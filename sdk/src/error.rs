@@ -11,12 +11,15 @@ pub struct UdfError {
 }
 
 impl UdfError {
+    /// An error the host reports with `message` (the call fails, or the row is nulled, as
+    /// the column's `on_error` says).
     pub fn new(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
         }
     }
 
+    /// What went wrong.
     pub fn message(&self) -> &str {
         &self.message
     }

@@ -11,6 +11,8 @@
 //! Build with `cargo build --target wasm32-unknown-unknown --release` (crate-type `cdylib`).
 //! The ABI the exports implement is described in this crate's README.md.
 
+#![warn(missing_docs)]
+
 pub mod abi;
 mod config;
 pub mod embed;
