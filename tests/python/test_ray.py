@@ -326,6 +326,7 @@ def lancet_on_ray(ray_env, s3):
         env = {**s3, "LANCET_NODE_ID": "owner"}
         server = Lancet(root, args=args, env=env)
         server.restart = lambda: Lancet(root, args=args, env=env)
+        server.root, server.env = root, env
         try:
             server.post("/v1/namespace/test/create")
             upload(server, read(ONNX))
@@ -575,6 +576,14 @@ def test_pause_resume_and_cancel_follow_the_ray_job(lancet_on_ray):
     assert got == [(i, 2 * i) for i in range(32)]
     # A cancel stops the Ray job too.
     job_id = slow_job(server, "c2", 4)
+    # `lancet jobs run-task` takes its range from a command line: one outside the plan is
+    # refused, naming it, and computes nothing.
+    for bad, says in [(["--fragment", "999", "--start", "0", "--end", "8"], "fragment 999 is not in"),
+                      (["--fragment", "0", "--start", "0", "--end", "9999"], "not a range of fragment 0")]:
+        out = subprocess.run([os.environ.get("LANCET_BIN", "lancet"), "jobs", "run-task", job_id,
+                              *bad, "--data", server.root], capture_output=True, text=True,
+                             env={**os.environ, **server.env})
+        assert out.returncode == 1 and says in out.stderr, out.stderr
     d.cancel_job(job_id)
     until("cancelled", lambda: d.open_job(job_id).status() == "cancelled")
     until("Ray job stopped", lambda: ray_status(cluster, f"lancet-{job_id}") == "STOPPED")

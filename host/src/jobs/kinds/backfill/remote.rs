@@ -13,7 +13,7 @@ use crate::App;
 use crate::error::{ApiError, ApiResult};
 use crate::jobs::Stop;
 use crate::jobs::events::JobEvent;
-use crate::jobs::state::{JobRecord, JobState, covered};
+use crate::jobs::state::{FragmentStatus, JobRecord, JobState, covered};
 
 /// A range of a fragment's physical rows still to compute.
 #[derive(Debug, Clone, Copy, Serialize)]
@@ -23,9 +23,11 @@ pub struct OpenTask {
     pub end: u64,
 }
 
-/// The job's tasks not yet covered by checkpoints.
+/// The job's tasks not yet covered by checkpoints (none once the job is over).
 pub async fn tasks(app: &Arc<App>, job_id: &str) -> ApiResult<Vec<OpenTask>> {
-    let record = running(app, job_id).await?;
+    let Some(record) = running(app, job_id).await? else {
+        return Ok(Vec::new());
+    };
     let plan = record
         .plan
         .as_ref()
@@ -43,9 +45,32 @@ pub async fn tasks(app: &Arc<App>, job_id: &str) -> ApiResult<Vec<OpenTask>> {
 }
 
 /// Compute rows `start..end` of `fragment` (what checkpoints do not cover yet) and checkpoint
-/// them; `worker` names where in the job's events. Answers the rows computed.
+/// them; `worker` names where in the job's events. Answers the rows computed: 0 when the
+/// job is over or asked to stop, or the fragment is already staged.
 pub async fn run(app: &Arc<App>, job_id: &str, task: OpenTask, worker: &str) -> ApiResult<u64> {
-    let record = running(app, job_id).await?;
+    let Some(record) = running(app, job_id).await? else {
+        return Ok(0);
+    };
+    // The range comes from a command line: it must be one of the plan's pending fragments.
+    let fragment = record
+        .plan
+        .as_ref()
+        .and_then(|p| p.fragments.iter().find(|f| f.id == task.fragment));
+    let Some(f) = fragment else {
+        return Err(ApiError::invalid(format!(
+            "fragment {} is not in job {job_id}'s plan",
+            task.fragment
+        )));
+    };
+    if task.start >= task.end || task.end > f.physical_rows {
+        return Err(ApiError::invalid(format!(
+            "rows {}..{} are not a range of fragment {}'s {} rows",
+            task.start, task.end, task.fragment, f.physical_rows
+        )));
+    }
+    if !matches!(f.status, FragmentStatus::Pending) {
+        return Ok(0); // staged or committed already, or nothing selected
+    }
     let job = app.jobs.detached(record);
     let ctx = context(app, &job).await.map_err(stopped)?;
     let ckpts = job.dir().checkpoints().await?;
@@ -81,8 +106,10 @@ pub async fn run(app: &Arc<App>, job_id: &str, task: OpenTask, worker: &str) -> 
     Ok(rows)
 }
 
-/// The job's record, if it is a backfill in progress.
-async fn running(app: &Arc<App>, job_id: &str) -> ApiResult<JobRecord> {
+/// The job's record if it is a backfill in progress; `None` once it ended or was asked to
+/// stop: a task that starts after the job finished (its rows computed by an earlier
+/// attempt) or after a cancel has nothing to do, which is not a failure of the task.
+async fn running(app: &Arc<App>, job_id: &str) -> ApiResult<Option<JobRecord>> {
     let record = app.jobs.dir(job_id).load().await?;
     if record.job_type != super::BACKFILL {
         return Err(ApiError::invalid(format!(
@@ -90,18 +117,9 @@ async fn running(app: &Arc<App>, job_id: &str) -> ApiResult<JobRecord> {
             record.job_type
         )));
     }
-    if record.state != JobState::InProgress || record.cancel_requested || record.pause_requested {
-        return Err(ApiError::invalid(format!(
-            "job {job_id} is {:?}{}",
-            record.state,
-            if record.cancel_requested || record.pause_requested {
-                " and asked to stop"
-            } else {
-                ""
-            }
-        )));
-    }
-    Ok(record)
+    let live =
+        record.state == JobState::InProgress && !record.cancel_requested && !record.pause_requested;
+    Ok(live.then_some(record))
 }
 
 fn stopped(stop: Stop) -> ApiError {

@@ -341,6 +341,13 @@ pub(super) async fn task_done(
 /// Set the job's progress from what is durable: staged and committed fragments, and the
 /// checkpoints of the others.
 pub(super) fn durable_progress(job: &Job, plan: &Plan, ckpts: &[Checkpoint]) {
+    // By fragment first: a job on Ray looks at this every poll, with thousands of each.
+    let mut checkpointed: HashMap<u64, (u64, u64)> = HashMap::new();
+    for c in ckpts {
+        let sums = checkpointed.entry(c.fragment).or_default();
+        sums.0 += c.selected;
+        sums.1 += c.nulled;
+    }
     let mut done = 0;
     let mut nulled = 0;
     for f in &plan.fragments {
@@ -351,10 +358,9 @@ pub(super) fn durable_progress(job: &Job, plan: &Plan, ckpts: &[Checkpoint]) {
                 nulled += n;
             }
             FragmentStatus::Pending => {
-                for c in ckpts.iter().filter(|c| c.fragment == f.id) {
-                    done += c.selected;
-                    nulled += c.nulled;
-                }
+                let (d, n) = checkpointed.get(&f.id).copied().unwrap_or_default();
+                done += d;
+                nulled += n;
             }
             FragmentStatus::Skipped { .. } | FragmentStatus::Unselected => {}
         }
