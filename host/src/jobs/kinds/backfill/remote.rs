@@ -90,7 +90,14 @@ pub async fn run(app: &Arc<App>, job_id: &str, task: OpenTask, worker: &str) -> 
     )
     .await;
     watcher.abort();
-    ran.map_err(stopped)?;
+    match ran {
+        Ok(()) => {}
+        // The job ended (its last rows checkpointed by another attempt of this task: a stopped
+        // Ray generation's task may finish after the next one started it again), or was
+        // paused or cancelled: nothing left to do here, which is not this task failing.
+        Err(Stop::Cancelled) => return Ok(0),
+        Err(failure) => return Err(stopped(failure)),
+    }
     let rows = task.end - pos;
     job.update(|r| {
         r.log(
