@@ -104,7 +104,9 @@ def run(argv, what):
         out.seek(0)
         err.seek(0)
         if proc.returncode != 0:
-            tail = err.read().decode(errors="replace").strip().splitlines()[-5:]
+            # The task's stderr carries what a guest wrote: read and keep a bounded tail.
+            err.seek(max(0, os.fstat(err.fileno()).st_size - 8192))
+            tail = [line[:400] for line in err.read().decode(errors="replace").strip().splitlines()[-5:]]
             raise RuntimeError(f"{what} failed on {here()} (exit {proc.returncode}): "
                                + " | ".join(tail))
         return out.read().decode()

@@ -18,6 +18,9 @@ use crate::jobs::Stop;
 use crate::jobs::events::JobEvent;
 use crate::jobs::state::covered;
 
+/// Characters of a Ray job's failure kept in the Lancet job's record.
+const MAX_REASON: usize = 2000;
+
 /// How often the checkpoints and the Ray job are looked at.
 const POLL: Duration = Duration::from_millis(500);
 
@@ -183,10 +186,12 @@ async fn attach(
 /// Why a Ray job failed: the driver's own reason (a task's error or the limit it exceeded)
 /// when its logs have one, else Ray's message.
 async fn reason(client: &JobClient, id: &str, message: Option<String>) -> String {
+    // Both come from the Ray job's output, which a task's stderr (a guest's) feeds: bounded,
+    // as they are kept in the job's record.
     if let Ok(logs) = client.logs(id).await
         && let Some(why) = lancet_ray::failure_in(&logs)
     {
-        return why.to_string();
+        return why.chars().take(MAX_REASON).collect();
     }
     let message = message.unwrap_or_default();
     // Ray's message ends with the driver's last log lines: keep it short.
@@ -203,6 +208,6 @@ async fn reason(client: &JobClient, id: &str, message: Option<String>) -> String
     if tail.is_empty() {
         "no reason given".into()
     } else {
-        tail
+        tail.chars().take(MAX_REASON).collect()
     }
 }
