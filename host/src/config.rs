@@ -42,6 +42,15 @@ pub struct ServeConfig {
     /// (docs/ray.md). A backfill's `cluster` names one; without this file only `default`.
     #[arg(long, env = "LANCET_CLUSTERS")]
     pub clusters: Option<PathBuf>,
+    /// Keep the audit log (`<root>/_audit/log.lance`): every state-changing call, admin
+    /// action and refused authentication, hash-chained per writer (docs/hosting.md). A
+    /// change's answer waits until its record is stored.
+    #[arg(long, env = "LANCET_AUDIT", default_value = "on", value_parser = on_off)]
+    pub audit: bool,
+    /// How often tenants with a storage quota are measured whole again (their writes are
+    /// measured as they happen; this catches compaction, cleanup and backfills).
+    #[arg(long, env = "LANCET_STORAGE_RESCAN", value_parser = humantime::parse_duration, default_value = "60s")]
+    pub storage_rescan: std::time::Duration,
     /// Tasks of backfills running on other nodes of the root that this node computes at once
     /// (it helps whenever it scans the root and finds open tasks); 0 turns helping off.
     #[arg(long, env = "LANCET_JOB_HELPER_TASKS", default_value_t = 1)]
@@ -392,6 +401,81 @@ pub struct TenantSettings {
     /// off unless set (see docs/native-python.md for what that tier does and does not isolate).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub native_python: bool,
+    /// What the tenant may hold and do at most.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota: Option<Quota>,
+    /// When the tenant was suspended (RFC 3339); absent while it is active.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspended: Option<String>,
+    /// The jobs its suspension paused, resumed with the tenant.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suspended_jobs: Vec<String>,
+    /// When its deletion began: every request is refused while its bytes are purged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deleting: Option<String>,
+    /// When an operator created it (RFC 3339; empty for tenants of older auth files).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub created: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub description: String,
+}
+
+/// `[tenants.<name>.quota]`: each limit absent = none.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Quota {
+    /// Bytes under the root: tables with their versions and indexes, model files, job
+    /// checkpoints. A write that would pass it is refused (403).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage_bytes: Option<u64>,
+    /// Tables (declared ones included).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tables: Option<u64>,
+    /// Requests per second, sustained (a token bucket; 503 "Slow down" past it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requests_per_second: Option<f64>,
+    /// Requests at once after a quiet spell (default: one second's worth, at least 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub burst: Option<f64>,
+    /// Jobs running (or paused) at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobs: Option<u32>,
+}
+
+impl Quota {
+    pub fn validate(&self) -> Result<(), String> {
+        if let Some(r) = self.requests_per_second
+            && !(r.is_finite() && r > 0.0)
+        {
+            return Err(format!("quota.requests_per_second must be > 0 (got {r})"));
+        }
+        if let Some(b) = self.burst
+            && !(b.is_finite() && b >= 1.0)
+        {
+            return Err(format!("quota.burst must be >= 1 (got {b})"));
+        }
+        Ok(())
+    }
+}
+
+impl TenantSettings {
+    /// Whether requests of this tenant are refused, and why.
+    pub fn refusal(&self, tenant: &str) -> Option<String> {
+        if let Some(at) = &self.deleting {
+            return Some(format!("tenant '{tenant}' is being deleted (since {at})"));
+        }
+        self.suspended
+            .as_ref()
+            .map(|at| format!("tenant '{tenant}' is suspended (since {at}); ask the operator"))
+    }
 }
 
 pub type TenantTable = BTreeMap<String, TenantSettings>;
+
+fn on_off(v: &str) -> Result<bool, String> {
+    match v {
+        "on" | "true" | "1" => Ok(true),
+        "off" | "false" | "0" => Ok(false),
+        other => Err(format!("'{other}': on or off")),
+    }
+}

@@ -14,6 +14,7 @@ pub mod error;
 pub mod field_path;
 pub mod flight;
 pub mod functions;
+pub mod hosting;
 pub mod http;
 pub mod jobs;
 pub mod json_types;
@@ -78,6 +79,8 @@ pub struct App {
     pub node_id: String,
     /// Where jobs may run besides this server's own nodes (`--clusters`).
     pub clusters: lancet_ray::Clusters,
+    /// Quotas and the audit log (hosting many tenants).
+    pub hosting: hosting::Hosting,
 }
 
 impl App {

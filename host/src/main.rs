@@ -40,6 +40,8 @@ enum Command {
     /// Background jobs.
     #[command(subcommand)]
     Jobs(JobsCommand),
+    /// The operator's API: tenants, their keys, the audit log (a client of a running server).
+    Admin(cli::admin::AdminArgs),
 }
 
 #[derive(Subcommand)]
@@ -116,8 +118,16 @@ enum KeysCommand {
         namespace: Vec<String>,
         #[arg(long, default_value = "")]
         description: String,
+        /// When it stops being accepted (RFC 3339); default: never.
+        #[arg(long)]
+        expires: Option<String>,
     },
-    /// List keys (ids, tenants, roles; never the keys).
+    /// Create an operator key (reaches `/v1/admin/...` only) and print it once.
+    CreateOperator {
+        #[arg(long, default_value = "")]
+        description: String,
+    },
+    /// List keys (ids, tenants, roles, state; never the keys), then operator keys.
     List,
     /// Revoke a key by id.
     Revoke { id: String },
@@ -141,9 +151,18 @@ async fn keys(args: KeysArgs) -> Result<(), Box<dyn std::error::Error + Send + S
             role,
             namespace,
             description,
+            expires,
         } => {
+            let new = lancet::auth::keys::NewKey {
+                tenant: tenant.clone(),
+                role,
+                namespace: namespace.clone(),
+                description: description.clone(),
+                expires: expires.clone(),
+                created_by: "cli".into(),
+            };
             let (key, entry) = source
-                .update(|file| file.create_key(&tenant, role, namespace.clone(), &description))
+                .update(|file| file.create_key_with(new.clone()))
                 .await?;
             eprintln!(
                 "created key {} (tenant {}, role {}) in {place}; it is shown once:",
@@ -151,17 +170,41 @@ async fn keys(args: KeysArgs) -> Result<(), Box<dyn std::error::Error + Send + S
             );
             println!("{key}");
         }
+        KeysCommand::CreateOperator { description } => {
+            let (key, entry) = source
+                .update(|file| Ok(file.create_operator(&description)))
+                .await?;
+            eprintln!(
+                "created operator key {} in {place}; it reaches /v1/admin/... only and is shown once:",
+                entry.id
+            );
+            println!("{key}");
+        }
         KeysCommand::List => {
             let (file, _) = source.load().await?;
+            let now = chrono::Utc::now().timestamp_millis();
             for k in &file.keys {
+                let state = if k.revoked.is_some() {
+                    "revoked"
+                } else if k.live_at(now) {
+                    "active"
+                } else {
+                    "expired"
+                };
                 println!(
-                    "{}\ttenant={}\trole={}\tnamespace={}\tcreated={}\t{}",
+                    "{}\ttenant={}\trole={}\tnamespace={}\tcreated={}\tstate={state}\t{}",
                     k.id,
                     k.tenant,
                     k.role,
                     k.namespace.join("."),
                     k.created,
                     k.description
+                );
+            }
+            for o in &file.operators {
+                println!(
+                    "{}\toperator\tcreated={}\t{}",
+                    o.id, o.created, o.description
                 );
             }
         }
@@ -241,6 +284,7 @@ fn main() {
             config,
         }) => package(&file, &entry, config),
         Command::Keys(args) => runtime.block_on(keys(args)),
+        Command::Admin(args) => runtime.block_on(cli::admin::run(args)),
         Command::Jobs(JobsCommand::Watch {
             job_id,
             url,

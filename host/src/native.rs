@@ -20,7 +20,8 @@ pub struct NativeTier {
     pool: Arc<Pool>,
     envs: Environments,
     sites: Vec<PathBuf>,
-    tenants: HashSet<String>,
+    /// Tenants opted in; replaced when the auth file's settings change.
+    tenants: std::sync::RwLock<HashSet<String>>,
 }
 
 impl NativeTier {
@@ -77,17 +78,18 @@ impl NativeTier {
             )),
             envs,
             sites: config.native_site.clone(),
-            tenants: tenants
-                .iter()
-                .filter(|(_, s)| s.native_python)
-                .map(|(t, _)| t.clone())
-                .collect(),
+            tenants: std::sync::RwLock::new(opted_in(tenants)),
         })
+    }
+
+    /// The tenants opted in from now on.
+    pub fn set_tenants(&self, tenants: &TenantTable) {
+        *self.tenants.write().unwrap() = opted_in(tenants);
     }
 
     /// Whether `tenant` has been opted in.
     pub fn allows(&self, tenant: &str) -> bool {
-        self.tenants.contains(tenant)
+        self.tenants.read().unwrap().contains(tenant)
     }
 
     /// Refuses a tenant that has not been opted in.
@@ -132,4 +134,12 @@ pub fn native_error(e: NativeError) -> ApiError {
         NativeError::Unavailable(_) | NativeError::Io(_) => ApiError::unavailable(e.to_string()),
         _ => ApiError::invalid(e.to_string()),
     }
+}
+
+fn opted_in(tenants: &TenantTable) -> HashSet<String> {
+    tenants
+        .iter()
+        .filter(|(_, s)| s.native_python)
+        .map(|(t, _)| t.clone())
+        .collect()
 }

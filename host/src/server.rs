@@ -96,6 +96,15 @@ async fn build(config: &ServeConfig, serving: bool) -> anyhow_like::Result<Arc<A
             config.upkeep_concurrency,
             config.job_helper_tasks,
         ));
+    // A one-shot worker serves no request: nothing of its own to audit.
+    let audit = (config.audit && serving).then(|| {
+        crate::hosting::audit_log::AuditLog::start(
+            &root_uri,
+            session.clone(),
+            storage_options.clone(),
+            &node_id,
+        )
+    });
     Ok(Arc::new(App {
         tenants: Tenants::new(
             &root_uri,
@@ -153,6 +162,7 @@ async fn build(config: &ServeConfig, serving: bool) -> anyhow_like::Result<Arc<A
         vend_storage_options: config.vend_storage_options,
         console: config.console,
         access_log: config.access_log,
+        hosting: crate::hosting::Hosting::new(audit),
         root,
         node_id,
         clusters,
@@ -193,12 +203,16 @@ async fn authenticator(
     let (file, _) = source.load().await?;
     let bootstrap = std::env::var("LANCET_BOOTSTRAP_KEY").ok();
     let bootstrap = bootstrap.as_deref().filter(|k| !k.trim().is_empty());
-    if create_key && file.keys.is_empty() && file.jwt.is_none() && bootstrap.is_none() {
+    let operator = std::env::var("LANCET_OPERATOR_KEY").is_ok_and(|k| !k.trim().is_empty());
+    // A root run as a service (an operator key exists) gets its tenants' keys from the
+    // operator, never a stray default admin key.
+    let served = !file.keys.is_empty() || file.jwt.is_some() || !file.operators.is_empty();
+    if create_key && !served && bootstrap.is_none() && !operator {
         // Another replica starting at the same moment may have created one: only an auth file
         // still without any way in gets a key.
         let created = source
             .update(|f| {
-                if !f.keys.is_empty() || f.jwt.is_some() {
+                if !f.keys.is_empty() || f.jwt.is_some() || !f.operators.is_empty() {
                     return Ok(None);
                 }
                 f.create_key("default", Role::Admin, vec![], "created by lancet serve")
@@ -323,6 +337,11 @@ pub async fn serve(config: ServeConfig) -> anyhow_like::Result<()> {
         });
     }
     tokio::spawn(refresh_keys(app.clone()));
+    tokio::spawn(crate::hosting::keys_used::keep_writing(app.clone()));
+    tokio::spawn(crate::hosting::storage::rescan(
+        app.clone(),
+        config.storage_rescan.max(Duration::from_secs(1)),
+    ));
     let app_for_jobs = app.clone();
     let service = http::service(
         app,
@@ -331,6 +350,10 @@ pub async fn serve(config: ServeConfig) -> anyhow_like::Result<()> {
     );
     accept_loop(listener, service, &config).await;
     app_for_jobs.jobs.hand_over(Duration::from_secs(10)).await;
+    let _ = crate::hosting::keys_used::write(&app_for_jobs).await;
+    if let Some(audit) = &app_for_jobs.hosting.audit {
+        audit.close().await;
+    }
     tracing::info!("lancet stopped");
     Ok(())
 }
@@ -407,13 +430,30 @@ async fn accept_loop(listener: TcpListener, service: http::Service, config: &Ser
     graceful.shutdown().await;
 }
 
+/// The tenant settings the auth file has now, applied to what read them at start-up (UDF
+/// limits, the native tier's opt-ins); the others are read per request.
+pub fn apply_tenant_settings(app: &App) {
+    let settings = app.auth.keys().all_tenant_settings();
+    let limits: TenantLimits = settings
+        .iter()
+        .filter_map(|(t, s)| Some((t.clone(), s.udf.clone()?)))
+        .collect();
+    app.virtual_columns.set_tenant_limits(&limits);
+    if let Some(tier) = app.virtual_columns.native_tier() {
+        tier.set_tenants(&settings);
+    }
+}
+
 /// `lancet keys create/revoke` rewrite the auth file; pick the change up within a second.
 async fn refresh_keys(app: Arc<App>) {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
     loop {
         tick.tick().await;
         match app.auth.keys().refresh().await {
-            Ok(true) => tracing::info!("auth file changed; keys reloaded"),
+            Ok(true) => {
+                tracing::info!("auth file changed; keys and tenant settings reloaded");
+                apply_tenant_settings(&app);
+            }
             Ok(false) => {}
             Err(e) => tracing::warn!(error = %e, "auth file unreadable; keeping the previous keys"),
         }

@@ -85,4 +85,14 @@ impl Tenants {
             .insert(tenant.to_string(), catalog.clone());
         Ok(catalog)
     }
+
+    /// Drops the cached catalog of a deleted tenant.
+    pub fn forget(&self, tenant: &str) {
+        self.catalogs.write().unwrap().remove(tenant);
+    }
+
+    /// Tenants that have a folder under the root.
+    pub async fn with_data(&self, root: &crate::root::RootStore) -> ApiResult<Vec<String>> {
+        root.list_dirs("tenants").await
+    }
 }

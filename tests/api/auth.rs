@@ -86,8 +86,9 @@ async fn every_route_demands_valid_credentials() {
             assert_eq!(status, 401, "identity on {}: {body}", route.path);
         }
     }
-    // The admin key passes authentication everywhere (what follows is 2xx, 400 or 404).
-    for route in &routes {
+    // The admin key passes authentication on every tenant route (what follows is 2xx, 400
+    // or 404); the operator's routes are walked in `operator_routes_are_the_operators_alone`.
+    for route in routes.iter().filter(|r| r.role != Role::Operator) {
         let method = Method::from_bytes(route.method.as_bytes()).unwrap();
         let (status, body, _) = call(
             &s.client,
@@ -148,6 +149,48 @@ async fn roles_are_enforced_on_every_route() {
     )
     .await;
     assert_eq!((status, body), (200, json!(5)));
+}
+
+const OPERATOR_KEY: &str = "api-tests-operator-key";
+
+#[tokio::test]
+async fn operator_routes_are_the_operators_alone() {
+    let data = tempfile::tempdir().unwrap();
+    let s = Server::start_with(data, &[("LANCET_OPERATOR_KEY", OPERATOR_KEY)]).await;
+    s.create_table("t", 5).await;
+    let operator = client_with_key(OPERATOR_KEY);
+    let routes = lancet::http::route_table();
+    let admin_routes = routes.iter().filter(|r| r.role == Role::Operator).count();
+    assert!(admin_routes >= 14, "{admin_routes} operator routes");
+    for route in &routes {
+        let method = Method::from_bytes(route.method.as_bytes()).unwrap();
+        let url = s.url(&concrete(route.path, "t").replace("{tenant}", "nobody"));
+        if route.role == Role::Operator {
+            assert!(route.path.starts_with("/v1/admin/"), "{}", route.path);
+            // No tenant credential reaches it, whatever its role.
+            let (status, body, _) =
+                call(&s.client, method.clone(), url.clone(), &[], json!({})).await;
+            assert_error(status, &body, 403, PERMISSION_DENIED);
+            let (status, body, _) = call(&operator, method, url, &[], json!({})).await;
+            assert!(
+                status != 401 && status != 403,
+                "operator on {}: {status} {body}",
+                route.path
+            );
+        } else {
+            assert!(!route.path.starts_with("/v1/admin"), "{}", route.path);
+            // The operator's credential reaches nothing of a tenant's.
+            let (status, body, _) = call(&operator, method, url, &[], json!({})).await;
+            assert_error(status, &body, 403, PERMISSION_DENIED);
+            assert!(
+                body["detail"].as_str().unwrap().contains("/v1/admin"),
+                "{body}"
+            );
+        }
+    }
+    // The refused calls changed nothing.
+    assert_eq!(s.count("t", json!({})).await, 5);
+    assert_eq!(s.version("t").await, 1);
 }
 
 #[tokio::test]

@@ -20,8 +20,12 @@ pub enum Role {
     Read,
     /// Create, change and drop tables, their data, columns, indexes, tags and branches.
     Write,
-    /// Create and drop namespaces, register/deregister tables, batch catalog commits.
+    /// Create and drop namespaces, register/deregister tables, batch catalog commits; manage
+    /// the tenant's own keys and read its audit log.
     Admin,
+    /// The service's operator: `/v1/admin/...` only, never a tenant's routes (see
+    /// `http::pipeline::auth::refusal`). No tenant key or token can hold it.
+    Operator,
 }
 
 impl std::str::FromStr for Role {
@@ -31,6 +35,11 @@ impl std::str::FromStr for Role {
             "read" => Ok(Role::Read),
             "write" => Ok(Role::Write),
             "admin" => Ok(Role::Admin),
+            "operator" => Err(
+                "a tenant key cannot be an operator's: operator keys are made by \
+                 `lancet keys create-operator`"
+                    .into(),
+            ),
             other => Err(format!("unknown role '{other}' (read, write or admin)")),
         }
     }
@@ -42,6 +51,7 @@ impl std::fmt::Display for Role {
             Role::Read => "read",
             Role::Write => "write",
             Role::Admin => "admin",
+            Role::Operator => "operator",
         })
     }
 }
@@ -55,6 +65,13 @@ pub struct Grant {
     pub scope: Vec<String>,
     /// Who this is, for logs: a key id or a token subject, never the secret.
     pub principal: String,
+}
+
+impl Grant {
+    /// Whether this is the operator's credential (no tenant).
+    pub fn is_operator(&self) -> bool {
+        self.role == Role::Operator
+    }
 }
 
 impl Grant {
@@ -109,9 +126,7 @@ impl Authenticator {
 
     /// An API key (from `x-api-key` or `identity.api_key`).
     pub fn api_key(&self, key: &str) -> Result<Grant, Refused> {
-        self.keys
-            .lookup(key)
-            .ok_or_else(|| Refused("invalid API key".into()))
+        self.keys.lookup(key)
     }
 
     /// A bearer token (`Authorization: Bearer` or `identity.auth_token`): a JWT access token
@@ -121,7 +136,16 @@ impl Authenticator {
             return self.api_key(token);
         }
         match &self.jwt {
-            Some(verifier) => verifier.verify(token),
+            Some(verifier) => verifier.verify(token).and_then(|g| {
+                // A token names a tenant: it can never be the operator's.
+                if g.role == Role::Operator {
+                    Err(Refused(
+                        "an access token cannot carry the operator role".into(),
+                    ))
+                } else {
+                    Ok(g)
+                }
+            }),
             None => Err(Refused(
                 "access tokens are not accepted here: no token issuer is configured".into(),
             )),

@@ -3,7 +3,9 @@
 //!
 //! Every route is listed in `build()` below; find a handler from its path there.
 
+mod admin;
 mod arrow_body;
+mod audited;
 mod batch;
 mod blobs;
 mod branch_merge;
@@ -103,6 +105,12 @@ impl Routes {
             handler
         };
         let guarded = handler.route_layer(pipeline::auth::Require(role));
+        // Outside the role guard, so refusals are audited too.
+        let guarded = if role == Role::Read {
+            guarded
+        } else {
+            guarded.route_layer(middleware::from_fn(audited::guard))
+        };
         self.router = self.router.route(path, guarded);
         let first = self.table.len();
         self.table.extend(methods.iter().map(|&method| RouteInfo {
@@ -170,7 +178,7 @@ impl Routes {
 }
 
 fn build() -> Routes {
-    use Role::{Admin, Read, Write};
+    use Role::{Admin, Operator, Read, Write};
     use openapi::Answer;
     use openapi::params::*;
     Routes {
@@ -468,6 +476,91 @@ fn build() -> Routes {
     .post("/v1/secret/{id}/drop", Write, secrets::drop)
     .get_post("/v1/namespace/{id}/secret/list", Read, secrets::list)
     .params(&[LIMIT, PAGE_TOKEN])
+    // A tenant's own: its quota, its keys (its admins), its audit records
+    .get("/v1/tenant", Read, admin::tenant_self)
+    .get("/v1/tenant/keys", Admin, admin::tenant_keys)
+    .post("/v1/tenant/keys/create", Admin, admin::tenant_create_key)
+    .post(
+        "/v1/tenant/keys/{key_id}/rotate",
+        Admin,
+        admin::tenant_rotate_key,
+    )
+    .post(
+        "/v1/tenant/keys/{key_id}/revoke",
+        Admin,
+        admin::tenant_revoke_key,
+    )
+    .get("/v1/tenant/audit", Admin, admin::tenant_audit)
+    .params(&[
+        AUDIT_PRINCIPAL,
+        AUDIT_ACTION,
+        AUDIT_SINCE,
+        AUDIT_UNTIL,
+        LIMIT,
+    ])
+    // The operator's (hosting many tenants; docs/hosting.md)
+    .get("/v1/admin/whoami", Operator, admin::whoami)
+    .get("/v1/admin/tenants", Operator, admin::list_tenants)
+    .get(
+        "/v1/admin/tenants/{tenant}",
+        Operator,
+        admin::describe_tenant,
+    )
+    .post(
+        "/v1/admin/tenants/{tenant}/create",
+        Operator,
+        admin::create_tenant,
+    )
+    .post(
+        "/v1/admin/tenants/{tenant}/update",
+        Operator,
+        admin::update_tenant,
+    )
+    .post(
+        "/v1/admin/tenants/{tenant}/suspend",
+        Operator,
+        admin::suspend_tenant,
+    )
+    .post(
+        "/v1/admin/tenants/{tenant}/resume",
+        Operator,
+        admin::resume_tenant,
+    )
+    .post(
+        "/v1/admin/tenants/{tenant}/delete",
+        Operator,
+        admin::delete_tenant,
+    )
+    .get(
+        "/v1/admin/tenants/{tenant}/keys",
+        Operator,
+        admin::list_keys,
+    )
+    .post(
+        "/v1/admin/tenants/{tenant}/keys/create",
+        Operator,
+        admin::create_key,
+    )
+    .post(
+        "/v1/admin/keys/{key_id}/rotate",
+        Operator,
+        admin::rotate_key,
+    )
+    .post(
+        "/v1/admin/keys/{key_id}/revoke",
+        Operator,
+        admin::revoke_key,
+    )
+    .get("/v1/admin/audit", Operator, admin::audit)
+    .params(&[
+        AUDIT_TENANT,
+        AUDIT_PRINCIPAL,
+        AUDIT_ACTION,
+        AUDIT_SINCE,
+        AUDIT_UNTIL,
+        LIMIT,
+    ])
+    .get("/v1/admin/audit/verify", Operator, admin::audit_verify)
 }
 
 /// Every `/v1` route: method, path, role needed, request and answer (see [`openapi`]).

@@ -238,6 +238,7 @@ impl<T> Documented for axum::extract::Path<T> {}
 impl Documented for axum::extract::RawQuery {}
 impl Documented for axum::http::HeaderMap {}
 impl Documented for Caller {}
+impl Documented for super::pipeline::auth::OperatorCaller {}
 impl Documented for Dialect {}
 
 impl Documented for Target {

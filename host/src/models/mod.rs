@@ -86,6 +86,11 @@ struct TenantShare {
     tokens: TokenBudget,
 }
 
+/// Where a tenant's models are under the root.
+pub fn tenant_prefix(tenant: &str) -> String {
+    tenant_folder(tenant)
+}
+
 fn tenant_folder(tenant: &str) -> String {
     format!("{PREFIX}/{}", hex::encode(tenant.as_bytes()))
 }

@@ -178,7 +178,7 @@ impl VirtualColumns {
                     tenant,
                     &input,
                     &expected,
-                    self.limits_for(tenant),
+                    &self.limits_for(tenant),
                 )
                 .map(|out| out.array)
                 .map_err(udf_error);
@@ -186,7 +186,7 @@ impl VirtualColumns {
         let manifest = Manifest::parse(&def.manifest).map_err(udf_error)?;
         let prepared = self.runtime.prepare(&manifest).map_err(udf_error)?;
         self.runtime
-            .invoke(&prepared, tenant, &input, None, self.limits_for(tenant))
+            .invoke(&prepared, tenant, &input, None, &self.limits_for(tenant))
             .map_err(udf_error)
     }
 }

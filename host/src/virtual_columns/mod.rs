@@ -191,7 +191,8 @@ pub fn describe(schema: &arrow_schema::Schema) -> Value {
 pub struct VirtualColumns {
     runtime: Arc<Runtime>,
     limits: Limits,
-    tenant_limits: HashMap<String, Limits>,
+    /// Replaced whenever the auth file's tenant settings change (`set_tenant_limits`).
+    tenant_limits: std::sync::RwLock<HashMap<String, Limits>>,
     /// Runs embedding columns' models; `None`: such columns are refused.
     embedder: Option<Arc<dyn embedding::Embedder>>,
     /// Texts per model call for embedding columns.
@@ -210,18 +211,30 @@ impl VirtualColumns {
         overrides: &HashMap<String, lancet_udf::LimitsOverride>,
     ) -> Self {
         let limits = runtime.config().default_limits.clone();
-        let tenant_limits = overrides
-            .iter()
-            .map(|(tenant, o)| (tenant.clone(), replaced(&limits, o)))
-            .collect();
-        Self {
+        let this = Self {
             runtime,
             limits,
-            tenant_limits,
+            tenant_limits: Default::default(),
             embedder: None,
             model_rows: 1,
             native: None,
-        }
+        };
+        this.set_tenant_limits(overrides);
+        this
+    }
+
+    /// Tenants' own UDF limits from now on (calls already running keep theirs).
+    pub fn set_tenant_limits(&self, overrides: &HashMap<String, lancet_udf::LimitsOverride>) {
+        let limits = overrides
+            .iter()
+            .map(|(tenant, o)| (tenant.clone(), replaced(&self.limits, o)))
+            .collect();
+        *self.tenant_limits.write().unwrap() = limits;
+    }
+
+    /// The native tier, if this server runs one.
+    pub fn native_tier(&self) -> Option<&Arc<crate::native::NativeTier>> {
+        self.native.as_ref()
     }
 
     /// Embedding columns run their models through `embedder`, `rows` texts per call.
@@ -244,8 +257,9 @@ impl VirtualColumns {
     }
 
     /// The limits every UDF call made for `tenant` runs under.
-    pub fn limits_for(&self, tenant: &str) -> &Limits {
-        self.tenant_limits.get(tenant).unwrap_or(&self.limits)
+    pub fn limits_for(&self, tenant: &str) -> Limits {
+        let tenants = self.tenant_limits.read().unwrap();
+        tenants.get(tenant).unwrap_or(&self.limits).clone()
     }
 
     pub fn runtime(&self) -> &Runtime {

@@ -161,3 +161,24 @@ pub const UPLOAD_PART_ID: Param = Param::new(
     "The part's id within its upload (1-128 letters, digits, '-', '_'); sending a part again \
      under the same id replaces it.",
 );
+pub const AUDIT_TENANT: Param = Param::new("tenant", Kind::Text, "Only records of this tenant.");
+pub const AUDIT_PRINCIPAL: Param = Param::new(
+    "principal",
+    Kind::Text,
+    "Only records of this principal (`key:<id>`, `token:<subject>`, `operator:<id>`).",
+);
+pub const AUDIT_ACTION: Param = Param::new(
+    "action",
+    Kind::Text,
+    "Only records of this action (`POST /v1/table/{id}/insert`, `authenticate`).",
+);
+pub const AUDIT_SINCE: Param = Param::new(
+    "since",
+    Kind::Text,
+    "Only records at or after this time (RFC 3339).",
+);
+pub const AUDIT_UNTIL: Param = Param::new(
+    "until",
+    Kind::Text,
+    "Only records before this time (RFC 3339).",
+);

@@ -68,6 +68,25 @@ impl Caller {
     }
 }
 
+/// The operator's credential on a `/v1/admin/...` request (it has no tenant, no catalog).
+#[derive(Clone, Debug)]
+pub struct OperatorCaller {
+    /// `operator:<id>`.
+    pub principal: String,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for OperatorCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        parts
+            .extensions
+            .get::<OperatorCaller>()
+            .cloned()
+            .ok_or_else(|| forbidden("this route is the operator's"))
+    }
+}
+
 impl<S: Send + Sync> FromRequestParts<S> for Caller {
     type Rejection = ApiError;
 
@@ -99,6 +118,13 @@ where
     if !request.uri().path().starts_with("/v1") {
         return next(request).await;
     }
+    let path = request.uri().path().to_string();
+    let request_id = request
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
     match admit(app, request).await {
         Ok(request) => {
             let tenant = request
@@ -112,12 +138,35 @@ where
                 .insert(super::observe::ServedTenant(tenant));
             response
         }
-        Err(err) => err.into_response(),
+        Err(err) => {
+            if let Some(audit) = &app.hosting.audit {
+                audit.note(lancet_hosting::audit::Record {
+                    time_ms: chrono::Utc::now().timestamp_millis(),
+                    action: "authenticate".into(),
+                    object: path,
+                    outcome: "refused".into(),
+                    status: err.status.as_u16(),
+                    request_id,
+                    detail: err.message.chars().take(500).collect(),
+                    ..Default::default()
+                });
+            }
+            err.into_response()
+        }
     }
 }
 
 async fn admit(app: &AppState, request: Request) -> ApiResult<Request> {
     let (grant, mut request) = credential(app, request).await?;
+    if grant.is_operator() {
+        request.extensions_mut().insert(OperatorCaller {
+            principal: grant.principal,
+        });
+        return Ok(request);
+    }
+    if let Some(why) = app.auth.keys().tenant_refusal(&grant.tenant) {
+        return Err(forbidden(why));
+    }
     let database = database(request.headers(), app.host_domain.as_deref())?;
     let catalog = app.tenants.catalog(&grant.tenant).await?;
     if let Some(db) = &database {
@@ -283,8 +332,26 @@ where
     }
 }
 
-/// Why the caller of `request` may not use a route needing `needed`, if it may not.
+/// Why the caller of `request` may not use a route needing `needed`, if it may not. The
+/// operator's credential reaches the operator's routes and nothing else; no tenant credential
+/// reaches those.
 fn refusal(needed: Role, request: &Request) -> Option<ApiError> {
+    let operator = request.extensions().get::<OperatorCaller>().is_some();
+    if needed == Role::Operator {
+        return match (operator, request.extensions().get::<Caller>()) {
+            (true, _) => None,
+            (false, Some(_)) => Some(forbidden(
+                "this route is the operator's: no tenant key or token reaches it",
+            )),
+            (false, None) => Some(unauthorized("no credentials")),
+        };
+    }
+    if operator {
+        return Some(forbidden(
+            "the operator credential reaches /v1/admin/... only; tenants' routes need a \
+             tenant's key or token",
+        ));
+    }
     let Some(caller) = request.extensions().get::<Caller>() else {
         return Some(unauthorized("no credentials"));
     };

@@ -15,6 +15,19 @@ impl std::fmt::Display for BodyMemoryExhausted {
 
 impl std::error::Error for BodyMemoryExhausted {}
 
+/// A request body stopped because the tenant's storage quota would be passed (the message
+/// says by how much); nothing of the request is applied.
+#[derive(Debug)]
+pub struct OverQuotaBody(pub String);
+
+impl std::fmt::Display for OverQuotaBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for OverQuotaBody {}
+
 /// Why a request body could not be received, as the answer a client should get: the
 /// server's body memory in use (503, retry), a stalled sender (408), a body over the limit
 /// (413), anything else (400).
@@ -27,6 +40,9 @@ pub fn body_error(err: &(dyn std::error::Error + 'static)) -> ApiError {
                 lance_namespace::ErrorCode::ServiceUnavailable,
                 e.to_string(),
             );
+        }
+        if let Some(over) = e.downcast_ref::<OverQuotaBody>() {
+            return ApiError::new(lance_namespace::ErrorCode::PermissionDenied, over.0.clone());
         }
         if e.is::<tower_http::timeout::TimeoutError>() {
             return ApiError::invalid("the request body stalled and timed out")

@@ -231,11 +231,19 @@ where
     else {
         return next(request).await;
     };
-    let limit = app
-        .auth
-        .keys()
-        .tenant_settings(&tenant)
-        .and_then(|s| s.max_in_flight);
+    let settings = app.auth.keys().tenant_settings(&tenant);
+    if let Err(wait) = app.hosting.admit_rate(&tenant, settings.as_ref()) {
+        app.metrics.reject("rate", &tenant);
+        let mut response = slow_down(format!(
+            "tenant '{tenant}' is over its quota of requests per second; slow down"
+        ));
+        let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        return response;
+    }
+    let limit = settings.and_then(|s| s.max_in_flight);
     let Some(_slot) = app.admission.tenant_slot(&tenant, limit) else {
         app.metrics.reject("tenant", &tenant);
         return slow_down(format!(
