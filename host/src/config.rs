@@ -51,6 +51,14 @@ pub struct ServeConfig {
     /// measured as they happen; this catches compaction, cleanup and backfills).
     #[arg(long, env = "LANCET_STORAGE_RESCAN", value_parser = humantime::parse_duration, default_value = "60s")]
     pub storage_rescan: std::time::Duration,
+    /// Count what each tenant uses (requests, bytes, rows, UDF time, model tokens, job rows)
+    /// and store it under the root (docs/hosting.md).
+    #[arg(long, env = "LANCET_USAGE", default_value = "on", value_parser = on_off)]
+    pub usage: bool,
+    /// How often this node appends what each tenant used to `<root>/_usage/usage.lance`
+    /// (what a killed node had not appended yet is lost).
+    #[arg(long, env = "LANCET_USAGE_FLUSH", value_parser = humantime::parse_duration, default_value = "10s")]
+    pub usage_flush: std::time::Duration,
     /// Tasks of backfills running on other nodes of the root that this node computes at once
     /// (it helps whenever it scans the root and finds open tasks); 0 turns helping off.
     #[arg(long, env = "LANCET_JOB_HELPER_TASKS", default_value_t = 1)]

@@ -61,10 +61,14 @@ async fn build(config: &ServeConfig, serving: bool) -> anyhow_like::Result<Arc<A
              are always seen now"
         );
     }
-    let models = Arc::new(crate::models::Models::new(
-        root.clone(),
-        models_config(config),
-    ));
+    let usage = config
+        .usage
+        .then(|| Arc::new(lancet_hosting::usage::Usage::default()));
+    let mut models = crate::models::Models::new(root.clone(), models_config(config));
+    if let Some(u) = &usage {
+        models = models.with_usage(u.clone());
+    }
+    let models = Arc::new(models);
     let mut udf = udf_config(config, &root);
     udf.embedder = Some(models.clone());
     let runtime = lancet_udf::Runtime::new(udf)?;
@@ -162,7 +166,7 @@ async fn build(config: &ServeConfig, serving: bool) -> anyhow_like::Result<Arc<A
         vend_storage_options: config.vend_storage_options,
         console: config.console,
         access_log: config.access_log,
-        hosting: crate::hosting::Hosting::new(audit),
+        hosting: crate::hosting::Hosting::new(audit, usage),
         root,
         node_id,
         clusters,
@@ -338,6 +342,10 @@ pub async fn serve(config: ServeConfig) -> anyhow_like::Result<()> {
     }
     tokio::spawn(refresh_keys(app.clone()));
     tokio::spawn(crate::hosting::keys_used::keep_writing(app.clone()));
+    tokio::spawn(crate::hosting::usage_log::keep_flushing(
+        app.clone(),
+        config.usage_flush.max(Duration::from_millis(100)),
+    ));
     tokio::spawn(crate::hosting::storage::rescan(
         app.clone(),
         config.storage_rescan.max(Duration::from_secs(1)),
@@ -351,6 +359,7 @@ pub async fn serve(config: ServeConfig) -> anyhow_like::Result<()> {
     accept_loop(listener, service, &config).await;
     app_for_jobs.jobs.hand_over(Duration::from_secs(10)).await;
     let _ = crate::hosting::keys_used::write(&app_for_jobs).await;
+    crate::hosting::usage_log::flush(&app_for_jobs, &mut Default::default()).await;
     if let Some(audit) = &app_for_jobs.hosting.audit {
         audit.close().await;
     }

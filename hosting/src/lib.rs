@@ -3,6 +3,7 @@
 //! - [`audit`]: the audit record, sealed into a hash chain per writer ([`audit::Chain`]), and
 //!   [`audit::verify`], which finds a removed, altered or reordered record.
 //! - [`rate`]: a token bucket per tenant ([`rate::RateLimits`]) for requests per second.
+//! - [`usage`]: per-tenant counters of what was used ([`usage::Usage`]), taken for storing.
 //! - [`storage`]: per-tenant storage totals with reservations ([`storage::Ledger`]), so that
 //!   concurrent writers cannot together pass a quota that each alone respects.
 //!
@@ -14,3 +15,4 @@
 pub mod audit;
 pub mod rate;
 pub mod storage;
+pub mod usage;

@@ -31,7 +31,7 @@ OPERATOR_KEY = "python-tests-operator-key"
 @pytest.fixture()
 def hosted():
     with tempfile.TemporaryDirectory() as d:
-        server = Lancet(d, env={"LANCET_OPERATOR_KEY": OPERATOR_KEY})
+        server = Lancet(d, env={"LANCET_OPERATOR_KEY": OPERATOR_KEY, "LANCET_USAGE_FLUSH": "200ms"})
         try:
             yield server
         finally:
@@ -404,3 +404,97 @@ def test_a_changed_or_removed_audit_record_is_detected(hosted):
     log.delete(f"writer = '{victim['writer']}' AND seq = {victim['seq']}")
     report = json.loads(admin(hosted, "audit", "verify", check=False).stdout)
     assert any("missing" in p for p in report["problems"]), report
+
+
+SLOW = """def slow(id):
+    x = 0
+    for i in range(200000):
+        x += i
+    return id * 2
+"""
+
+
+def python_column(source, name, inputs):
+    return {"input_columns": inputs, "udf": base64.b64encode(source.encode()).decode(),
+            "udf_name": name, "udf_version": "1", "image": "python:3.11-slim",
+            "outputs": [{"column": name, "data_type": {"type": "int64"}, "nullable": True}]}
+
+
+def job_state(server, key, job_id):
+    status, d = http(server, "POST", "/v1/jobs/describe", {"job_id": job_id}, key=key)
+    assert status == 200, d
+    return d["job_state"]
+
+
+def test_suspension_pauses_jobs_and_the_jobs_quota_holds(hosted):
+    admin(hosted, "tenants", "create", "busy", "--settings", json.dumps({"quota": {"jobs": 1}}))
+    key = admin(hosted, "keys", "create", "busy", "--role", "admin")["key"]
+    t = db(hosted, key).create_table("t", data=[{"id": i} for i in range(20)])
+    for start in range(20, 120, 20):
+        t.add([{"id": i} for i in range(start, start + 20)])
+    status, _ = http(hosted, "POST", "/v1/table/main$t/add_columns", {"new_columns": [
+        {"name": "slow", "virtual_column": python_column(SLOW, "slow", ["id"])}]}, key=key)
+    assert status == 200
+    status, started = http(hosted, "POST", "/v1/table/main$t/backfill_column", {
+        "column": "slow", "checkpoint_size": 2, "max_checkpoint_size": 2, "concurrency": 1}, key=key)
+    assert status in (200, 202), started
+    job_id = started["job_id"]
+    # One job open: a second is refused, told why.
+    status, err = http(hosted, "POST", "/v1/table/main$t/backfill_column", {"column": "slow"}, key=key)
+    assert status == 403 and "its quota is 1" in err["detail"]
+    suspended = admin(hosted, "tenants", "suspend", "busy")
+    assert suspended["settings"]["suspended_jobs"] == [job_id]
+    # The job stops where it stands and keeps its work (read on the root: the tenant's keys
+    # are refused while it is suspended).
+    def paused():
+        described = admin(hosted, "tenants", "describe", "busy")
+        assert described["jobs_open"] == 1
+        record = json.load(open(os.path.join(hosted.data, "_jobs", job_id, "job.json")))
+        assert record["state"] in ("PAUSED", "Paused"), record["state"]
+        return True
+    eventually(paused, timeout=30)
+    admin(hosted, "tenants", "resume", "busy")
+    eventually(lambda: job_state(hosted, key, job_id) == "DONE", timeout=120)
+    got = db(hosted, key).open_table("t").search().select(["id", "slow"]).limit(200).to_arrow()
+    assert sorted(zip(got["id"].to_pylist(), got["slow"].to_pylist())) == [(i, 2 * i) for i in range(120)]
+
+
+def test_usage_is_counted_once_and_exported(hosted):
+    admin(hosted, "tenants", "create", "metered")
+    key = admin(hosted, "keys", "create", "metered", "--role", "admin")["key"]
+    t = db(hosted, key).create_table("t", data=[{"id": i} for i in range(30)])
+    t.add([{"id": i} for i in range(30, 50)])
+    assert len(t.search().limit(100).to_list()) == 50
+    status, _ = http(hosted, "POST", "/v1/table/main$t/add_columns", {"new_columns": [
+        {"name": "dbl", "virtual_column": python_column("def dbl(id):\n    return id * 2\n", "dbl", ["id"])}]}, key=key)
+    assert status == 200
+    job_id = http(hosted, "POST", "/v1/table/main$t/backfill_column", {"column": "dbl"}, key=key)[1]["job_id"]
+    eventually(lambda: job_state(hosted, key, job_id) == "DONE", timeout=60)
+
+    def counted():
+        rows = admin(hosted, "usage", "--tenant", "metered")["usage"]
+        assert len(rows) == 1, rows
+        u = rows[0]
+        assert u["rows_written"] == 50 and u["job_rows"] == 50, u
+        assert u["rows_read"] >= 50 and u["requests"] >= 6 and u["bytes_in"] > 0
+        assert u["bytes_out"] > 0 and u["udf_ms"] >= 0
+        return u
+    u = eventually(counted, timeout=10)
+    # The tenant sees its own, as JSON, CSV or Arrow, and nobody else's.
+    status, own = http(hosted, "GET", "/v1/tenant/usage", key=key)
+    assert status == 200 and {r["tenant"] for r in own["usage"]} == {"metered"}
+    csv = subprocess.run([hosted.binary, "admin", "usage", "--format", "csv"], capture_output=True,
+                         text=True, env={**os.environ, "LANCET_URL": hosted.base,
+                                         "LANCET_OPERATOR_KEY": OPERATOR_KEY}, check=True).stdout
+    header, *lines = csv.strip().splitlines()
+    assert header.startswith("tenant,hour,requests,bytes_in,bytes_out,rows_read,rows_written")
+    assert any(line.startswith("metered,") for line in lines)
+    req = urllib.request.Request(hosted.base + "/v1/admin/usage?format=arrow&tenant=metered",
+                                 headers={"x-api-key": OPERATOR_KEY})
+    with urllib.request.urlopen(req) as r:
+        table = pa.ipc.open_stream(r.read()).read_all()
+    assert table["rows_written"].to_pylist() == [50] and table["tenant"].to_pylist() == ["metered"]
+    # Stored under the root, once: the rows of every flush add up to the figures.
+    stored = lance.dataset(os.path.join(hosted.data, "_usage", "usage.lance")).to_table(
+        filter="tenant = 'metered'")
+    assert sum(stored["rows_written"].to_pylist()) == 50

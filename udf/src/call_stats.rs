@@ -22,6 +22,9 @@ pub struct CallStats {
     pub limit_hits: u64,
     /// Calls whose result failed the host's checks.
     pub bad_output: u64,
+    /// Microseconds spent inside those calls (a guest runs on one thread: its CPU time, plus
+    /// any time the host made it wait).
+    pub busy_us: u64,
 }
 
 #[derive(Default)]
@@ -32,6 +35,7 @@ struct Atomics {
     traps: AtomicU64,
     limit_hits: AtomicU64,
     bad_output: AtomicU64,
+    busy_us: AtomicU64,
 }
 
 #[derive(Default)]
@@ -54,11 +58,19 @@ impl TenantCallStats {
         map.entry(tenant.to_string()).or_default().clone()
     }
 
-    /// Counts one guest call over `rows` rows that ended in `outcome`.
-    pub(crate) fn record<T>(&self, tenant: &str, rows: usize, outcome: &Result<T, UdfError>) {
+    /// Counts one guest call over `rows` rows that took `took` and ended in `outcome`.
+    pub(crate) fn record<T>(
+        &self,
+        tenant: &str,
+        rows: usize,
+        took: std::time::Duration,
+        outcome: &Result<T, UdfError>,
+    ) {
         let c = self.counters(tenant);
         c.calls.fetch_add(1, Ordering::Relaxed);
         c.rows.fetch_add(rows as u64, Ordering::Relaxed);
+        c.busy_us
+            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
         let slot = match outcome {
             Ok(_) => return,
             Err(UdfError::Guest { .. }) => &c.guest_errors,
@@ -88,6 +100,7 @@ impl TenantCallStats {
                     traps: get(&c.traps),
                     limit_hits: get(&c.limit_hits),
                     bad_output: get(&c.bad_output),
+                    busy_us: get(&c.busy_us),
                 };
                 (tenant.clone(), stats)
             })
@@ -104,10 +117,11 @@ mod tests {
     #[test]
     fn outcomes_are_counted_per_tenant() {
         let stats = TenantCallStats::default();
-        stats.record::<()>("a", 10, &Ok(()));
+        stats.record::<()>("a", 10, std::time::Duration::from_micros(5), &Ok(()));
         stats.record::<()>(
             "a",
             5,
+            std::time::Duration::from_micros(5),
             &Err(UdfError::Trap {
                 udf: "f".into(),
                 message: "unreachable".into(),
@@ -116,6 +130,7 @@ mod tests {
         stats.record::<()>(
             "b",
             7,
+            std::time::Duration::from_micros(5),
             &Err(UdfError::Timeout {
                 udf: "f".into(),
                 limit: std::time::Duration::from_millis(1),
@@ -129,6 +144,7 @@ mod tests {
                 calls: 2,
                 rows: 15,
                 traps: 1,
+                busy_us: 10,
                 ..Default::default()
             }
         );

@@ -131,10 +131,11 @@ impl Runtime {
         expected: Option<&DataType>,
         limits: &Limits,
     ) -> Result<ArrayRef, UdfError> {
+        let started = std::time::Instant::now();
         let result = self.call_checked_out(udf, tenant, chunk, expected, limits);
         self.inner
             .call_stats
-            .record(tenant, chunk.num_rows(), &result);
+            .record(tenant, chunk.num_rows(), started.elapsed(), &result);
         result
     }
 

@@ -38,6 +38,20 @@ enum AdminCommand {
     Keys(KeysCommand),
     /// Search the audit log, or verify its hash chains.
     Audit(AuditArgs),
+    /// Usage by tenant and hour.
+    Usage {
+        #[arg(long)]
+        tenant: Option<String>,
+        /// RFC 3339.
+        #[arg(long)]
+        since: Option<String>,
+        /// RFC 3339.
+        #[arg(long)]
+        until: Option<String>,
+        /// json or csv.
+        #[arg(long, default_value = "json")]
+        format: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -246,6 +260,27 @@ pub async fn run(args: AdminArgs) -> Result<()> {
                 c.post(&path, json!({})).await?
             }
         },
+        AdminCommand::Usage {
+            tenant,
+            since,
+            until,
+            format,
+        } => {
+            let mut query = vec![format!("format={}", url_escape(&format))];
+            for (k, v) in [("tenant", tenant), ("since", since), ("until", until)] {
+                if let Some(v) = v {
+                    query.push(format!("{k}={}", url_escape(&v)));
+                }
+            }
+            let out = c
+                .get(&format!("/v1/admin/usage?{}", query.join("&")))
+                .await?;
+            match out {
+                Value::String(text) => print!("{text}"),
+                other => println!("{}", serde_json::to_string_pretty(&other)?),
+            }
+            return Ok(());
+        }
         AdminCommand::Audit(a) => match a.action.as_deref() {
             Some("verify") => {
                 let report = c.get("/v1/admin/audit/verify").await?;

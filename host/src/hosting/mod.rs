@@ -7,12 +7,14 @@ pub mod audit_log;
 pub mod keys_used;
 pub mod lifecycle;
 pub mod storage;
+pub mod usage_log;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use lancet_hosting::rate::{Rate, RateLimits};
 use lancet_hosting::storage::Ledger;
+use lancet_hosting::usage::Usage;
 
 use crate::config::TenantSettings;
 
@@ -22,6 +24,8 @@ pub struct Hosting {
     pub audit: Option<Arc<audit_log::AuditLog>>,
     pub rates: RateLimits,
     pub ledger: Ledger,
+    /// What each tenant used since the last flush (`usage_log`); `None` with `--usage off`.
+    pub usage: Option<Arc<Usage>>,
     /// Serialises whole-tenant measurements (the first one of a tenant, and rescans).
     pub measuring: tokio::sync::Mutex<()>,
     /// Per tenant with a tables quota: held while one of its tables is made.
@@ -29,14 +33,20 @@ pub struct Hosting {
 }
 
 impl Hosting {
-    pub fn new(audit: Option<Arc<audit_log::AuditLog>>) -> Self {
+    pub fn new(audit: Option<Arc<audit_log::AuditLog>>, usage: Option<Arc<Usage>>) -> Self {
         Self {
             audit,
+            usage,
             rates: RateLimits::default(),
             ledger: Ledger::default(),
             measuring: Default::default(),
             making: Default::default(),
         }
+    }
+
+    /// `tenant`'s usage counters, unless usage is off.
+    pub fn counters(&self, tenant: &str) -> Option<Arc<lancet_hosting::usage::Counters>> {
+        self.usage.as_ref().map(|u| u.tenant(tenant))
     }
 
     /// Waits until no other request of this node is making a table for `tenant`, so that

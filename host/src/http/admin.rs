@@ -330,3 +330,67 @@ pub async fn tenant_audit(
     let filter = audit_filter(query.as_deref(), Some(caller.tenant().to_string()))?;
     audit_rows(&app, filter).await
 }
+
+// Usage: the operator's (any tenant) and a tenant's own.
+
+/// `since`/`until` (RFC 3339) and `format`: `json` (default), `csv` or `arrow` (IPC stream).
+async fn usage_answer(
+    app: &AppState,
+    tenant: Option<&str>,
+    query: Option<&str>,
+) -> ApiResult<Response> {
+    use axum::response::IntoResponse;
+    let params = Params::parse(query);
+    let time = |k: &str| -> ApiResult<Option<i64>> {
+        params
+            .get(k)
+            .filter(|v| !v.is_empty())
+            .map(|v| parse_time(v).map_err(|e| ApiError::invalid(format!("{k}: {e}"))))
+            .transpose()
+    };
+    let periods =
+        crate::hosting::usage_log::read(app, tenant, time("since")?, time("until")?).await?;
+    let content = |kind: &'static str, body: Vec<u8>| {
+        ([(axum::http::header::CONTENT_TYPE, kind)], body).into_response()
+    };
+    match params.get("format").unwrap_or("json") {
+        "json" => Ok(reply(
+            json!({"usage": crate::hosting::usage_log::to_json(&periods)}),
+        )),
+        "csv" => Ok(content(
+            "text/csv; charset=utf-8",
+            crate::hosting::usage_log::to_csv(&periods).into_bytes(),
+        )),
+        "arrow" => {
+            let batch = crate::hosting::usage_log::to_arrow(&periods)?;
+            Ok(content(
+                super::openapi::ARROW_STREAM,
+                super::arrow_body::stream_bytes(&batch)?,
+            ))
+        }
+        other => Err(ApiError::invalid(format!(
+            "format '{other}': json, csv or arrow"
+        ))),
+    }
+}
+
+pub async fn usage(
+    State(app): State<AppState>,
+    _: OperatorCaller,
+    RawQuery(query): RawQuery,
+) -> ApiResult<Response> {
+    let params = Params::parse(query.as_deref());
+    let tenant = params
+        .get("tenant")
+        .filter(|t| !t.is_empty())
+        .map(str::to_string);
+    usage_answer(&app, tenant.as_deref(), query.as_deref()).await
+}
+
+pub async fn tenant_usage(
+    State(app): State<AppState>,
+    caller: Caller,
+    RawQuery(query): RawQuery,
+) -> ApiResult<Response> {
+    usage_answer(&app, Some(caller.tenant()), query.as_deref()).await
+}

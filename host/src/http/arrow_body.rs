@@ -92,9 +92,25 @@ impl<S: Send + Sync> FromRequest<S> for ArrowBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        // Rows a request brings count as written to its tenant's usage (an Arrow body is
+        // what inserts, merges and creates send).
+        let usage = match (
+            req.extensions().get::<super::AppState>(),
+            req.extensions().get::<super::pipeline::auth::Caller>(),
+        ) {
+            (Some(app), Some(caller)) => app.hosting.counters(caller.tenant()),
+            _ => None,
+        };
         let bytes = Bytes::from_request(req, state)
             .await
             .map_err(super::pipeline::body::bytes_error)?;
-        ArrowBody::decode_bytes(bytes).await
+        let body = ArrowBody::decode_bytes(bytes).await?;
+        if let Some(u) = usage {
+            u.add(
+                lancet_hosting::usage::Measure::RowsWritten,
+                body.num_rows() as u64,
+            );
+        }
+        Ok(body)
     }
 }

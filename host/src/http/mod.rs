@@ -490,6 +490,8 @@ fn build() -> Routes {
         Admin,
         admin::tenant_revoke_key,
     )
+    .get("/v1/tenant/usage", Read, admin::tenant_usage)
+    .params(&[AUDIT_SINCE, AUDIT_UNTIL, USAGE_FORMAT])
     .get("/v1/tenant/audit", Admin, admin::tenant_audit)
     .params(&[
         AUDIT_PRINCIPAL,
@@ -561,6 +563,8 @@ fn build() -> Routes {
         LIMIT,
     ])
     .get("/v1/admin/audit/verify", Operator, admin::audit_verify)
+    .get("/v1/admin/usage", Operator, admin::usage)
+    .params(&[AUDIT_TENANT, AUDIT_SINCE, AUDIT_UNTIL, USAGE_FORMAT])
 }
 
 /// Every `/v1` route: method, path, role needed, request and answer (see [`openapi`]).

@@ -9,6 +9,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
+use lancet_hosting::usage::Measure;
 use serde_json::{Value, json};
 
 use super::pipeline::extract::{Dialect, JsonBody, Target};
@@ -157,8 +158,9 @@ async fn answer(
         None => spec.stream(&ds, &app.store).await?,
     };
     let schema = stream.schema();
+    let usage = app.hosting.counters(target.caller.tenant());
     if super::json_rows::wants_json(&headers) {
-        return json_answer(stream, &schema).await;
+        return json_answer(stream, &schema, usage.as_deref()).await;
     }
     let as_stream = headers
         .get(header::ACCEPT)
@@ -175,9 +177,11 @@ async fn answer(
     while size < BUFFERED_ANSWER_BYTES {
         match stream.next().await {
             Some(batch) => {
-                let bytes = writer
-                    .write(&batch.map_err(ApiError::from)?)
-                    .map_err(ApiError::from)?;
+                let batch = batch.map_err(ApiError::from)?;
+                if let Some(u) = &usage {
+                    u.add(Measure::RowsRead, batch.num_rows() as u64);
+                }
+                let bytes = writer.write(&batch).map_err(ApiError::from)?;
                 size += bytes.len();
                 buffered.push(bytes);
             }
@@ -199,9 +203,12 @@ async fn answer(
             }
         }
         while let Some(batch) = stream.next().await {
-            let chunk = batch
-                .map_err(|e| e.to_string())
-                .and_then(|b| writer.write(&b).map_err(|e| e.to_string()));
+            let chunk = batch.map_err(|e| e.to_string()).and_then(|b| {
+                if let Some(u) = &usage {
+                    u.add(Measure::RowsRead, b.num_rows() as u64);
+                }
+                writer.write(&b).map_err(|e| e.to_string())
+            });
             match chunk {
                 Ok(bytes) if bytes.is_empty() => {}
                 Ok(bytes) => {
@@ -237,6 +244,7 @@ async fn answer(
 async fn json_answer(
     mut stream: impl futures::Stream<Item = lance::Result<arrow_array::RecordBatch>> + Unpin,
     schema: &arrow_schema::Schema,
+    usage: Option<&lancet_hosting::usage::Counters>,
 ) -> ApiResult<Response> {
     let (mut batches, mut size) = (Vec::new(), 0);
     while let Some(batch) = stream.next().await {
@@ -244,6 +252,9 @@ async fn json_answer(
         size += batch.get_array_memory_size();
         if size > super::json_rows::MAX_JSON_ROWS_BYTES {
             return Err(super::json_rows::too_large());
+        }
+        if let Some(u) = usage {
+            u.add(Measure::RowsRead, batch.num_rows() as u64);
         }
         batches.push(batch);
     }

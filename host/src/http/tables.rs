@@ -54,6 +54,12 @@ pub async fn create(
     storable(&target.id)?;
     // Validate the stream here so a bad body is a clear 400 before the catalog is touched.
     let decoded = ArrowBody::decode_bytes(body.clone()).await?;
+    if let Some(u) = app.hosting.counters(target.caller.tenant()) {
+        u.add(
+            lancet_hosting::usage::Measure::RowsWritten,
+            decoded.num_rows() as u64,
+        );
+    }
     let mode = target.params.string("mode");
     if let Some(m) = &mode {
         let known = ["create", "overwrite", "exist_ok", "existok"];

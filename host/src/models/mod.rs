@@ -79,6 +79,8 @@ pub struct Models {
     recent: query::RecentRecords,
     /// For columns, which call in from blocking threads.
     runtime: tokio::runtime::Handle,
+    /// Where tokens are counted per tenant.
+    usage: Option<Arc<lancet_hosting::usage::Usage>>,
 }
 
 struct TenantShare {
@@ -111,6 +113,12 @@ fn not_found(name: &str) -> ApiError {
 impl Models {
     /// Loads ONNX Runtime if the config names it; a failure is logged and models are then
     /// refused with its reason (the rest of the server runs). Called in the server's runtime.
+    /// Model tokens are counted to each tenant's usage.
+    pub fn with_usage(mut self, usage: Arc<lancet_hosting::usage::Usage>) -> Self {
+        self.usage = Some(usage);
+        self
+    }
+
     pub fn new(root: Arc<RootStore>, config: ModelsConfig) -> Self {
         let unavailable = match &config.onnxruntime {
             None => Some(
@@ -137,6 +145,7 @@ impl Models {
             tenants: Mutex::new(HashMap::new()),
             recent: query::RecentRecords::default(),
             runtime: tokio::runtime::Handle::current(),
+            usage: None,
         }
     }
 
@@ -364,6 +373,13 @@ impl Models {
                     wait.as_millis()
                 ))
             })?;
+        if let Some(usage) = &self.usage {
+            usage.add(
+                tenant,
+                lancet_hosting::usage::Measure::ModelTokens,
+                estimate,
+            );
+        }
         let limits = self.config.call;
         tokio::task::spawn_blocking(move || model.embed(&texts, &limits))
             .await

@@ -198,8 +198,11 @@ impl Runtime {
         while offset < rows {
             let len = step.min(rows - offset);
             let chunk = input.slice(offset, len);
+            let started = std::time::Instant::now();
             let result = self.python_chunk(udf, tenant, &chunk, expected, &limits);
-            self.inner.call_stats.record(tenant, len, &result);
+            self.inner
+                .call_stats
+                .record(tenant, len, started.elapsed(), &result);
             let (array, errors) = result?;
             for e in errors {
                 failures.push(RowFailure {

@@ -182,3 +182,8 @@ pub const AUDIT_UNTIL: Param = Param::new(
     Kind::Text,
     "Only records before this time (RFC 3339).",
 );
+pub const USAGE_FORMAT: Param = Param::new(
+    "format",
+    Kind::Text,
+    "`json` (default), `csv` or `arrow` (an Arrow IPC stream).",
+);

@@ -20,6 +20,8 @@ use tracing::Span;
 
 use crate::error::ApiError;
 use crate::http::AppState;
+use lancet_hosting::usage::Measure;
+
 use crate::metrics::{NO_TENANT, RequestLabels, RouteLabels};
 
 /// The tenant a request was served for, left on the answer by authentication for metrics.
@@ -129,12 +131,22 @@ where
         .bytes_in
         .get_or_create(&labels)
         .inc_by(bytes_in.load(Ordering::Relaxed));
+    let usage = (!labels.tenant.is_empty() && &*labels.tenant != NO_TENANT)
+        .then(|| app.hosting.counters(&labels.tenant))
+        .flatten();
+    if let Some(u) = &usage {
+        u.add(Measure::Requests, 1);
+        u.add(Measure::BytesIn, bytes_in.load(Ordering::Relaxed));
+    }
     // Answers may stream after this returns: count their bytes as they go, on a counter looked
     // up once (it shares its value with the family's).
     let bytes_out = metrics.bytes_out.get_or_create(&labels).clone();
     response.map(move |body| {
         Counted::body(body, move |n| {
             bytes_out.inc_by(n);
+            if let Some(u) = &usage {
+                u.add(Measure::BytesOut, n);
+            }
         })
     })
 }

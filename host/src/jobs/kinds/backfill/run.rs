@@ -61,6 +61,13 @@ pub(super) async fn run(app: Arc<App>, job: Arc<Job>) {
     let (a, j) = (app.clone(), job.clone());
     let outcome = job.run_caught(async move { drive(&a, &j).await }).await;
     job.finish(outcome, result_of).await;
+    let r = job.snapshot();
+    if !job.is_lost() && r.state.is_terminal() {
+        let rows = r.result.as_ref().and_then(|v| v["rows_written"].as_u64());
+        if let Some(u) = app.hosting.counters(&r.tenant) {
+            u.add(lancet_hosting::usage::Measure::JobRows, rows.unwrap_or(0));
+        }
+    }
     // A paused job keeps its checkpoints for its resumption.
     if !job.is_lost()
         && job.snapshot().state.is_terminal()
