@@ -8,6 +8,7 @@ import { tablesPage, viewPage } from "./pages/tables.js";
 import { tablePage } from "./pages/table.js";
 import { jobsPage } from "./pages/jobs.js";
 import { serverPage } from "./pages/server.js";
+import { tenantsPage, usagePage, auditPage } from "./pages/operator.js";
 
 const main = document.getElementById("main");
 const nav = document.getElementById("nav");
@@ -46,11 +47,24 @@ function signIn(reason) {
   input.focus();
 }
 
+/** Who the key is: a tenant's (whoami), else the operator's (admin/whoami). */
+async function whoami() {
+  try {
+    return await api.call("/v1/whoami", {}, { method: "GET" });
+  } catch (err) {
+    if (err.status !== 403) throw err;
+    const me = await api.call("/v1/admin/whoami", {}, { method: "GET" });
+    return { ...me, role: "operator" };
+  }
+}
+
 async function start() {
-  session.me = await api.call("/v1/whoami", {}, { method: "GET" });
-  const { tenant, role, scope } = session.me;
+  session.me = await whoami();
+  const { tenant, role, scope, operator } = session.me;
+  // The operator sees the operator's sections; a tenant's key sees its tenant's.
+  for (const a of nav.querySelectorAll("a")) a.hidden = !!operator !== a.hasAttribute("data-operator");
   clear(who,
-    h("span", { id: "tenant" }, "Tenant ", h("strong", {}, tenant)),
+    operator ? h("span", { id: "tenant" }, "Operator") : h("span", { id: "tenant" }, "Tenant ", h("strong", {}, tenant)),
     h("span", { class: "badge accent", id: "role" }, role),
     scope && scope.length ? h("span", { class: "badge" }, `scope ${scope.join(".")}`) : null,
     h("button", { id: "sign-out", onclick: () => { api.forgetKey(); signIn(); } }, "Sign out"));
@@ -63,7 +77,8 @@ function route() {
   if (!session.me) return;
   if (stopPage) stopPage();
   stopPage = null;
-  const [section, ...rest] = (location.hash.replace(/^#\/?/, "") || "tables").split("/");
+  const home = session.me.operator ? "tenants" : "tables";
+  const [section, ...rest] = (location.hash.replace(/^#\/?/, "") || home).split("/");
   for (const a of nav.querySelectorAll("a")) {
     a.toggleAttribute("aria-current", false);
     if (a.dataset.section === section || ((section === "table" || section === "view") && a.dataset.section === "tables")) {
@@ -78,7 +93,13 @@ function route() {
     jobs: () => jobsPage(main, rest),
     server: () => serverPage(main),
   };
-  const page = pages[section] || pages.tables;
+  const operatorPages = {
+    tenants: () => tenantsPage(main, rest),
+    usage: () => usagePage(main),
+    audit: () => auditPage(main),
+  };
+  const mine = session.me.operator ? operatorPages : pages;
+  const page = mine[section] || mine[home];
   try {
     stopPage = page() || null;
   } catch (err) {

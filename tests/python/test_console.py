@@ -11,14 +11,17 @@ import json
 import os
 import shutil
 import struct
+import subprocess
 import tempfile
+import time
+import urllib.request
 import zlib
 
 import pyarrow as pa
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-from conftest import Lancet
+from conftest import Lancet, ipc_stream
 from test_jobs import virtual_column
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -404,3 +407,55 @@ def test_a_read_only_key_sees_no_write_buttons_and_a_refused_key_asks_again(serv
             expect(page.locator("#sign-in .error")).to_contain_text("sign in again")
     finally:
         c.close()
+
+
+def test_the_operator_sees_tenants_usage_and_audit(browser, shots):
+    """An operator key opens the operator's view: tenants (suspend, resume, keys), usage by
+    hour, audit search and chain verification; a tenant's key still sees its tenant's."""
+    operator = "console-operator-key"
+    with tempfile.TemporaryDirectory() as d:
+        s = Lancet(d, env={"LANCET_OPERATOR_KEY": operator, "LANCET_USAGE_FLUSH": "200ms"})
+        env = {**os.environ, "LANCET_URL": s.base, "LANCET_OPERATOR_KEY": operator}
+        run = lambda *a: json.loads(subprocess.run([s.binary, "admin", *a], env=env, check=True,
+                                                   capture_output=True, text=True).stdout)
+        run("tenants", "create", "acme", "--settings", '{"quota": {"tables": 5}}')
+        key = run("keys", "create", "acme", "--role", "admin")
+        s.post("/v1/namespace/shop/create", key=key["key"])
+        req = urllib.request.Request(
+            s.base + "/v1/table/shop$t/create", data=ipc_stream(pa.table({"id": [1, 2, 3]})), method="POST",
+            headers={"x-api-key": key["key"], "content-type": "application/vnd.apache.arrow.stream"})
+        urllib.request.urlopen(req).read()
+        time.sleep(0.5)  # one usage flush
+        c = Console(browser, s.base, shots)
+        page = c.page
+        try:
+            c.open()
+            with c.refusals_expected():  # /v1/whoami refuses the operator's key first
+                c.sign_in(operator)
+                expect(page.locator("#role")).to_have_text("operator")
+            expect(page.locator("nav >> text=Tables")).to_be_hidden()
+            row = page.locator("#tenants tr[data-tenant=acme]")
+            expect(row).to_contain_text("active")
+            expect(row).to_contain_text("5 tables")
+            row.locator("button.suspend").click()
+            page.click("dialog button.danger")
+            expect(row).to_contain_text("suspended")
+            c.shot("operator-tenants")
+            row.locator("button.resume").click()
+            expect(row).to_contain_text("active")
+            row.locator("a").click()
+            expect(page.locator(f"#keys tr[data-key={key['id']}]")).to_contain_text("active")
+            page.click("nav >> text=Usage")
+            expect(page.locator("#usage tbody")).to_contain_text("acme")
+            page.click("nav >> text=Audit")
+            expect(page.locator("#audit tbody")).to_contain_text("/v1/admin/tenants/{tenant}/suspend")
+            page.fill("#audit-tenant", "acme")
+            page.click("#audit-search button[type=submit]")
+            expect(page.locator("#audit tbody")).to_contain_text("POST /v1/table/{id}/create")
+            c.shot("operator-audit")
+            page.click("#audit-verify")
+            expect(page.locator("#toasts")).to_contain_text("every chain intact")
+            assert c.problems == [], c.problems
+        finally:
+            c.close()
+            s.stop()

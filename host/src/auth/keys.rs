@@ -565,6 +565,59 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn expired_and_rotated_keys_are_refused_after_their_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("auth.toml");
+        let mut file = AuthFile::default();
+        let soon = (chrono::Utc::now() + chrono::Duration::milliseconds(300))
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        let (short, _) = file
+            .create_key_with(NewKey {
+                tenant: "acme".into(),
+                role: Role::Read,
+                namespace: vec![],
+                description: String::new(),
+                expires: Some(soon),
+                created_by: "test".into(),
+            })
+            .unwrap();
+        let (old, entry) = file.create_key("acme", Role::Write, vec![], "").unwrap();
+        let (new, rotated) = file
+            .rotate(&entry.id, std::time::Duration::from_millis(300), "test")
+            .unwrap();
+        assert_eq!(
+            (rotated.role, rotated.tenant.as_str()),
+            (Role::Write, "acme")
+        );
+        assert!(file.create_key("acme", Role::Operator, vec![], "").is_err());
+        let (op, _) = file.create_operator("ops");
+        file.save(&path).unwrap();
+        let ring = KeyRing::open(Some(AuthSource::File(path)), None)
+            .await
+            .unwrap();
+        for k in [&short, &old, &new] {
+            assert!(ring.lookup(k).is_ok());
+        }
+        assert!(ring.lookup(&op).unwrap().is_operator());
+        std::thread::sleep(std::time::Duration::from_millis(400));
+        assert!(ring.lookup(&short).unwrap_err().0.contains("expired at"));
+        assert!(ring.lookup(&old).unwrap_err().0.contains("expired at"));
+        assert!(ring.lookup(&new).is_ok());
+        assert_eq!(ring.last_used().len(), 4);
+        // A past expiry is refused when made.
+        let mut file = AuthFile::default();
+        let past = NewKey {
+            tenant: "acme".into(),
+            role: Role::Read,
+            namespace: vec![],
+            description: String::new(),
+            expires: Some("2020-01-01T00:00:00Z".into()),
+            created_by: String::new(),
+        };
+        assert!(file.create_key_with(past).is_err());
+    }
+
+    #[tokio::test]
     async fn a_broken_file_keeps_the_previous_keys() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("auth.toml");

@@ -335,7 +335,25 @@ impl AuditLog {
     }
 }
 
+/// Appends between compactions of the log (each append is a small file and a version).
+const COMPACT_EVERY: u64 = 256;
+
+impl AuditLog {
+    /// Merges the log's small files (records are rewritten, not changed: the chains still
+    /// verify). Run by the writer every [`COMPACT_EVERY`] appends, off its path.
+    pub async fn compact(&self) -> Result<(), String> {
+        let Some(mut ds) = self.open().await? else {
+            return Ok(());
+        };
+        lance::dataset::optimize::compact_files(&mut ds, Default::default(), None)
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("audit log compaction: {e}"))
+    }
+}
+
 async fn write_loop(log: Arc<AuditLog>, mut chain: Chain, mut rx: mpsc::UnboundedReceiver<Entry>) {
+    let mut appended = 0u64;
     while let Some(first) = rx.recv().await {
         let mut group = vec![first];
         while group.len() < 4096 {
@@ -372,7 +390,17 @@ async fn write_loop(log: Arc<AuditLog>, mut chain: Chain, mut rx: mpsc::Unbounde
                 }
             }
         }
-        if result.is_err() {
+        if result.is_ok() {
+            appended += 1;
+            if appended.is_multiple_of(COMPACT_EVERY) {
+                let log = log.clone();
+                tokio::spawn(async move {
+                    if let Err(e) = log.compact().await {
+                        tracing::warn!(error = %e, "audit log not compacted");
+                    }
+                });
+            }
+        } else {
             chain.rewind(&sealed[0]);
             if dropped > 0 {
                 log.dropped.fetch_add(dropped, Ordering::Relaxed);

@@ -132,10 +132,44 @@ pub async fn flush(app: &App, seen: &mut HashMap<String, u64>) {
 /// Flushes every `every` until the process stops (the last flush is `serve`'s, at shutdown).
 pub async fn keep_flushing(app: Arc<App>, every: std::time::Duration) {
     let mut seen = HashMap::new();
+    // About hourly at the default period: each flush adds a small file and a version.
+    let compact_every = (3600.0 / every.as_secs_f64().max(0.1)).max(10.0) as u64;
+    let mut flushes = 0u64;
     loop {
         tokio::time::sleep(every).await;
         flush(&app, &mut seen).await;
+        flushes += 1;
+        if flushes.is_multiple_of(compact_every)
+            && let Err(e) = compact(&app).await
+        {
+            tracing::warn!(error = %e, "usage table not compacted");
+        }
     }
+}
+
+/// The usage table, if anything was stored yet.
+async fn open(app: &App) -> ApiResult<Option<Dataset>> {
+    match lance::dataset::builder::DatasetBuilder::from_uri(uri(app))
+        .with_session(app.store.session())
+        .with_storage_options(app.store.storage_options().clone())
+        .load()
+        .await
+    {
+        Ok(ds) => Ok(Some(ds)),
+        Err(lance::Error::DatasetNotFound { .. } | lance::Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(ApiError::from(e)),
+    }
+}
+
+/// Merges the usage table's small files.
+async fn compact(app: &App) -> ApiResult<()> {
+    let Some(mut ds) = open(app).await? else {
+        return Ok(());
+    };
+    lance::dataset::optimize::compact_files(&mut ds, Default::default(), None)
+        .await
+        .map(|_| ())
+        .map_err(ApiError::from)
 }
 
 /// One tenant-hour of usage.
@@ -154,17 +188,8 @@ pub async fn read(
     since_ms: Option<i64>,
     until_ms: Option<i64>,
 ) -> ApiResult<Vec<Period>> {
-    let ds = match lance::dataset::builder::DatasetBuilder::from_uri(uri(app))
-        .with_session(app.store.session())
-        .with_storage_options(app.store.storage_options().clone())
-        .load()
-        .await
-    {
-        Ok(ds) => ds,
-        Err(lance::Error::DatasetNotFound { .. } | lance::Error::NotFound { .. }) => {
-            return Ok(Vec::new());
-        }
-        Err(e) => return Err(ApiError::from(e)),
+    let Some(ds) = open(app).await? else {
+        return Ok(Vec::new());
     };
     let mut terms = Vec::new();
     if let Some(t) = tenant {

@@ -43,6 +43,10 @@ const FILES: &[(&str, &[u8])] = &[
         include_bytes!("../../console/pages/jobs.js"),
     ),
     (
+        "pages/operator.js",
+        include_bytes!("../../console/pages/operator.js"),
+    ),
+    (
         "pages/server.js",
         include_bytes!("../../console/pages/server.js"),
     ),
