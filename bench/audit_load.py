@@ -26,9 +26,9 @@ import pyarrow as pa
 OPERATOR = "bench-operator-key"
 
 
-def start(binary, root):
+def start(binary, root, extra=()):
     proc = subprocess.Popen(
-        [binary, "serve", "--addr", "127.0.0.1:0", "--data", root, "--upkeep", "false"],
+        [binary, "serve", "--addr", "127.0.0.1:0", "--data", root, "--upkeep", "false", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         env={**os.environ, "LANCET_OPERATOR_KEY": OPERATOR})
     line = proc.stdout.readline().strip()
@@ -55,10 +55,12 @@ def main():
     ap.add_argument("--binary", default=os.environ.get("LANCET_BIN", "target/release/lancet"))
     ap.add_argument("--secs", type=float, default=60)
     ap.add_argument("--writers", type=int, default=8)
-    ap.add_argument("--kill-at", type=float, default=30)
+    ap.add_argument("--kill-at", type=float, default=30, help="0: no kill")
+    ap.add_argument("--audit", default="on", help="off: the same writes without the audit log")
     args = ap.parse_args()
+    extra = ["--audit", args.audit]
     root = tempfile.mkdtemp(prefix="audit-load-")
-    proc, base = start(args.binary, root)
+    proc, base = start(args.binary, root, extra)
     admin(args.binary, base, "tenants", "create", "load")
     _, made = admin(args.binary, base, "keys", "create", "load", "--role", "admin")
     key = made["key"]
@@ -103,15 +105,23 @@ def main():
     started = time.time()
     for t in threads:
         t.start()
-    time.sleep(max(0.0, args.kill_at - (time.time() - started)))
-    before_kill = len(acknowledged)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    proc, state["base"] = start(args.binary, root)
-    restarted = time.time() - started
+    before_kill = restarted = 0
+    if args.kill_at > 0:
+        time.sleep(max(0.0, args.kill_at - (time.time() - started)))
+        before_kill = len(acknowledged)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        proc, state["base"] = start(args.binary, root, extra)
+        restarted = time.time() - started
     for t in threads:
         t.join()
     elapsed = time.time() - started
+    if args.audit == "off":
+        proc.terminate()
+        proc.wait()
+        print(f"audit off: {len(acknowledged)} acknowledged writes in {elapsed:.1f} s, "
+              f"{len(acknowledged) / elapsed:.0f}/s")
+        return
     code, report = admin(args.binary, state["base"], "audit", "verify")
     proc.terminate()
     proc.wait()

@@ -45,7 +45,7 @@ pub struct ServeConfig {
     /// Keep the audit log (`<root>/_audit/log.lance`): every state-changing call, admin
     /// action and refused authentication, hash-chained per writer (docs/hosting.md). A
     /// change's answer waits until its record is stored.
-    #[arg(long, env = "LANCET_AUDIT", default_value = "on", value_parser = on_off)]
+    #[arg(long, env = "LANCET_AUDIT", default_value = "on", value_parser = on_off, action = clap::ArgAction::Set)]
     pub audit: bool,
     /// How often tenants with a storage quota are measured whole again (their writes are
     /// measured as they happen; this catches compaction, cleanup and backfills).
@@ -53,7 +53,7 @@ pub struct ServeConfig {
     pub storage_rescan: std::time::Duration,
     /// Count what each tenant uses (requests, bytes, rows, UDF time, model tokens, job rows)
     /// and store it under the root (docs/hosting.md).
-    #[arg(long, env = "LANCET_USAGE", default_value = "on", value_parser = on_off)]
+    #[arg(long, env = "LANCET_USAGE", default_value = "on", value_parser = on_off, action = clap::ArgAction::Set)]
     pub usage: bool,
     /// How often this node appends what each tenant used to `<root>/_usage/usage.lance`
     /// (what a killed node had not appended yet is lost).

@@ -210,6 +210,22 @@ def test_operator_and_tenant_credentials_reach_only_their_own(hosted):
             assert status == 403 and err["title"] == "Not authorized to make this request", path
             status, _ = http(hosted, method.upper(), concrete, {}, key="lk_forged")
             assert status == 401, path
+    # A suspended tenant's key is refused on every route, saying why.
+    admin(hosted, "tenants", "create", "paused-co")
+    key = admin(hosted, "keys", "create", "paused-co", "--role", "admin")["key"]
+    admin(hosted, "tenants", "suspend", "paused-co")
+    walked = 0
+    for path, methods in doc["paths"].items():
+        for method in methods:
+            concrete = (path.replace("{id}", "t").replace("{index_name}", "i")
+                        .replace("{tenant}", "paused-co").replace("{key_id}", "k")
+                        .replace("{name}", "n").replace("{column}", "c").replace("{row_id}", "0"))
+            status, err = http(hosted, method.upper(), concrete, {}, key=key)
+            assert status == 403, (method, path, status, err)
+            if not path.startswith("/v1/admin/"):
+                assert "suspended" in err["detail"], (path, err)
+            walked += 1
+    assert walked > 100
     # The operator's key is no tenant's.
     with pytest.raises(ForbiddenException):
         count(hosted, OPERATOR_KEY, "t")
@@ -261,6 +277,8 @@ def test_quotas_are_enforced_with_clear_errors(hosted):
     assert other.count_rows() == 201
     assert a.count_rows() == 1 + sum(written)
     used = admin(hosted, "tenants", "describe", "small")["storage_bytes"]
+    print(f"storage quota 400000: {len(written) // 20} writes accepted, {len(refusals)} refused, "
+          f"{used} bytes stored; the other tenant's 10 writes all accepted")
     # Within one write of the limit (a write is ~80 KB of hex, stored ~40-85 KB).
     assert 400_000 - 100_000 < used <= 400_000 + 100_000, used
     # A refused write changed nothing; dropping data gives the room back.
@@ -498,3 +516,17 @@ def test_usage_is_counted_once_and_exported(hosted):
     stored = lance.dataset(os.path.join(hosted.data, "_usage", "usage.lance")).to_table(
         filter="tenant = 'metered'")
     assert sum(stored["rows_written"].to_pylist()) == 50
+
+
+def test_the_audit_log_and_usage_can_be_turned_off():
+    with tempfile.TemporaryDirectory() as d:
+        server = Lancet(d, args=["--audit", "off", "--usage", "off"],
+                        env={"LANCET_OPERATOR_KEY": OPERATOR_KEY})
+        try:
+            admin(server, "tenants", "create", "quiet")
+            status, err = http(server, "GET", "/v1/admin/audit")
+            assert status == 400 and "--audit off" in err["detail"]
+            assert http(server, "GET", "/v1/admin/usage")[1]["usage"] == []
+            assert not os.path.exists(os.path.join(d, "_audit"))
+        finally:
+            server.stop()
