@@ -277,7 +277,7 @@ def test_quotas_are_enforced_with_clear_errors(hosted):
     assert other.count_rows() == 201
     assert a.count_rows() == 1 + sum(written)
     used = admin(hosted, "tenants", "describe", "small")["storage_bytes"]
-    print(f"storage quota 400000: {len(written) // 20} writes accepted, {len(refusals)} refused, "
+    print(f"storage quota 400000: {len(written)} writes accepted, {len(refusals)} refused, "
           f"{used} bytes stored; the other tenant's 10 writes all accepted")
     # Within one write of the limit (a write is ~80 KB of hex, stored ~40-85 KB).
     assert 400_000 - 100_000 < used <= 400_000 + 100_000, used
@@ -498,6 +498,9 @@ def test_usage_is_counted_once_and_exported(hosted):
         assert u["bytes_out"] > 0 and u["udf_ms"] >= 0
         return u
     u = eventually(counted, timeout=10)
+    listed = {t["name"]: t for t in admin(hosted, "tenants", "list")["tenants"]}
+    assert listed["metered"]["usage_24h"]["rows_written"] == 50
+    assert admin(hosted, "tenants", "describe", "metered")["storage_bytes"] > 0
     # The tenant sees its own, as JSON, CSV or Arrow, and nobody else's.
     status, own = http(hosted, "GET", "/v1/tenant/usage", key=key)
     assert status == 200 and {r["tenant"] for r in own["usage"]} == {"metered"}

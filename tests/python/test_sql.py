@@ -22,7 +22,7 @@ ORDERS = [(i, 1 + i % 3, float((i * 37) % 101)) for i in range(60)]
 @pytest.fixture(scope="module")
 def server():
     with tempfile.TemporaryDirectory() as d:
-        s = Lancet(d, args=["--flight-addr", "127.0.0.1:0"])
+        s = Lancet(d, args=["--flight-addr", "127.0.0.1:0"], env={"LANCET_USAGE_FLUSH": "200ms"})
         try:
             s.post("/v1/namespace/shop/create")
             s.create_table("shop$customers", pa.table({
@@ -361,3 +361,25 @@ def test_handshake_with_the_key_as_password(server):
                           db_kwargs={"username": "anyone", "password": "wrong"}) as conn:
             with conn.cursor() as cur:
                 cur.execute("SELECT 1")
+
+
+def test_statements_count_in_the_tenants_usage(server):
+    """A Flight SQL statement is a request of its tenant's usage and its rows are rows read."""
+    import json
+    import time
+    import urllib.request
+
+    def read_so_far():
+        req = urllib.request.Request(server.base + "/v1/tenant/usage",
+                                     headers={"x-api-key": server.key})
+        with urllib.request.urlopen(req) as r:
+            return sum(u["rows_read"] for u in json.loads(r.read())["usage"])
+
+    time.sleep(0.5)  # what earlier tests read is flushed
+    before = read_so_far()
+    with connect(server) as conn, conn.cursor() as cur:
+        assert len(rows(cur, "SELECT id FROM shop.orders")) == 60
+    deadline = time.time() + 10
+    while read_so_far() < before + 60:
+        assert time.time() < deadline, (before, read_so_far())
+        time.sleep(0.2)

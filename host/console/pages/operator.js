@@ -53,13 +53,14 @@ export function tenantsPage(main, rest) {
         h("td", { class: "num" }, num(t.tables)),
         h("td", { class: "num" }, t.storage_bytes == null ? "–" : bytes(t.storage_bytes)),
         h("td", {}, quotaText(t.settings && t.settings.quota)),
+        h("td", { class: "num" }, num(t.usage_24h && t.usage_24h.requests)),
         h("td", {}, ...buttons));
     }));
   };
   clear(main,
     h("h1", {}, "Tenants"),
     h("table", { id: "tenants", class: "grid" },
-      h("thead", {}, h("tr", {}, ...["Tenant", "State", "Tables", "Stored", "Quota", ""].map((c) => h("th", {}, c)))),
+      h("thead", {}, h("tr", {}, ...["Tenant", "State", "Tables", "Stored", "Quota", "Requests (24 h)", ""].map((c) => h("th", {}, c)))),
       body));
   render();
 }

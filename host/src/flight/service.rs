@@ -279,7 +279,20 @@ impl SqlService {
             admitted,
         )
         .counted(self.app.clone(), tenant);
+        // A statement is a request of the tenant's usage, its rows rows read.
+        let usage = self.app.hosting.counters(caller.tenant());
+        if let Some(u) = &usage {
+            u.add(lancet_hosting::usage::Measure::Requests, 1);
+        }
         let batches = batches
+            .inspect_ok(move |b| {
+                if let Some(u) = &usage {
+                    u.add(
+                        lancet_hosting::usage::Measure::RowsRead,
+                        b.num_rows() as u64,
+                    );
+                }
+            })
             .map_err(|e| FlightError::Tonic(Box::new(status(e))))
             .boxed();
         // Ends at the last batch, or with an error at a cancellation; `run` leaves the

@@ -16,7 +16,6 @@ use arrow_array::{
     UInt64Array,
 };
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use futures::TryStreamExt;
 use lance::Dataset;
 use lance::dataset::{WriteMode, WriteParams};
 use lance::session::Session;
@@ -308,15 +307,7 @@ impl AuditLog {
     }
 
     async fn scan(&self, ds: &Dataset, filter: &str) -> Result<Vec<Sealed>, String> {
-        let mut scanner = ds.scan();
-        if !filter.is_empty() {
-            scanner.filter(filter).map_err(|e| e.to_string())?;
-        }
-        let batches: Vec<RecordBatch> = scanner
-            .try_into_stream()
-            .await
-            .map_err(|e| e.to_string())?
-            .try_collect()
+        let batches = super::scan_all(ds, filter)
             .await
             .map_err(|e| e.to_string())?;
         let mut rows = Vec::new();

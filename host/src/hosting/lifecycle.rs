@@ -152,11 +152,21 @@ async fn row(app: &App, name: &str, settings: Option<&TenantSettings>) -> ApiRes
     }))
 }
 
+/// Every tenant's row, with what it used in the last 24 hours (from the usage table).
 pub async fn list(app: &App) -> ApiResult<Vec<Value>> {
     let settings = app.auth.keys().all_tenant_settings();
+    let day_ago = chrono::Utc::now().timestamp_millis() - 24 * 3_600_000;
+    let mut used: std::collections::HashMap<String, Vec<super::usage_log::Period>> =
+        Default::default();
+    for p in super::usage_log::read(app, None, Some(day_ago), None).await? {
+        used.entry(p.tenant.clone()).or_default().push(p);
+    }
     let mut rows = Vec::new();
     for name in names(app).await? {
-        rows.push(row(app, &name, settings.get(&name)).await?);
+        let mut row = row(app, &name, settings.get(&name)).await?;
+        let periods = used.remove(&name).unwrap_or_default();
+        row["usage_24h"] = super::usage_log::totals(&periods);
+        rows.push(row);
     }
     Ok(rows)
 }
@@ -167,6 +177,15 @@ pub async fn describe(app: &App, name: &str) -> ApiResult<Value> {
     let known = settings.is_some() || names(app).await?.iter().any(|n| n == name);
     if !known {
         return Err(no_tenant(name));
+    }
+    // Measured afresh (one listing of its folders): writes keep the figure current only for
+    // tenants with a storage quota.
+    let measured = {
+        let _one = app.hosting.measuring.lock().await;
+        super::storage::measure_tenant(app, name).await
+    };
+    if let Err(e) = measured {
+        tracing::warn!(tenant = %name, error = %e, "not measured");
     }
     let mut out = row(app, name, settings.as_ref()).await?;
     out["keys"] = json!(

@@ -18,6 +18,19 @@ use lancet_hosting::usage::Usage;
 
 use crate::config::TenantSettings;
 
+/// Every row of `ds` matching `filter` (empty: all), as lance scans them.
+pub async fn scan_all(
+    ds: &lance::Dataset,
+    filter: &str,
+) -> lance::Result<Vec<arrow_array::RecordBatch>> {
+    use futures::TryStreamExt;
+    let mut scanner = ds.scan();
+    if !filter.is_empty() {
+        scanner.filter(filter)?;
+    }
+    scanner.try_into_stream().await?.try_collect().await
+}
+
 /// The hosting state of one process.
 pub struct Hosting {
     /// `None` with `--audit off`.

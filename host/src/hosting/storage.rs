@@ -41,7 +41,7 @@ pub async fn measure_table(app: &App, tenant: &str, location: &str) -> ApiResult
 
 /// Measures all of a tenant: one listing of its folder, its models and each checkpoint
 /// folder of its jobs.
-pub async fn measure_tenant(app: &Arc<App>, tenant: &str) -> ApiResult<u64> {
+pub async fn measure_tenant(app: &App, tenant: &str) -> ApiResult<u64> {
     let mut parts: HashMap<String, u64> = HashMap::new();
     let base = format!("tenants/{tenant}/");
     for o in app.root.list_meta(&format!("tenants/{tenant}")).await? {
@@ -68,7 +68,7 @@ pub async fn measure_tenant(app: &Arc<App>, tenant: &str) -> ApiResult<u64> {
 }
 
 /// Measures `tenant` unless this process did already.
-pub async fn ensure_measured(app: &Arc<App>, tenant: &str) -> ApiResult<()> {
+pub async fn ensure_measured(app: &App, tenant: &str) -> ApiResult<()> {
     if app.hosting.ledger.knows(tenant) {
         return Ok(());
     }

@@ -14,7 +14,6 @@ use arrow_array::{
     ArrayRef, Int64Array, RecordBatch, RecordBatchIterator, StringArray, UInt64Array,
 };
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use futures::TryStreamExt;
 use lance::Dataset;
 use lance::dataset::{WriteMode, WriteParams};
 use lancet_hosting::usage::{Counts, Measure};
@@ -201,17 +200,7 @@ pub async fn read(
     if let Some(u) = until_ms {
         terms.push(format!("hour_ms < {u}"));
     }
-    let mut scanner = ds.scan();
-    if !terms.is_empty() {
-        scanner
-            .filter(&terms.join(" AND "))
-            .map_err(ApiError::from)?;
-    }
-    let batches: Vec<RecordBatch> = scanner
-        .try_into_stream()
-        .await
-        .map_err(ApiError::from)?
-        .try_collect()
+    let batches = super::scan_all(&ds, &terms.join(" AND "))
         .await
         .map_err(ApiError::from)?;
     let mut by: BTreeMap<(String, i64), Period> = BTreeMap::new();
@@ -276,6 +265,15 @@ pub fn to_json(periods: &[Period]) -> Value {
             })
             .collect(),
     )
+}
+
+/// The sums of `periods` (one tenant's) as one JSON object; stored bytes: the latest figure.
+pub fn totals(periods: &[Period]) -> Value {
+    let mut v = json!({"storage_bytes": periods.last().map_or(0, |p| p.storage_bytes)});
+    for m in Measure::ALL {
+        v[m.name()] = json!(periods.iter().map(|p| p.counts[m as usize]).sum::<u64>());
+    }
+    v
 }
 
 /// The periods as CSV, a header line first.
