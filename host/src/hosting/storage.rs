@@ -58,7 +58,7 @@ pub async fn measure_tenant(app: &App, tenant: &str) -> ApiResult<u64> {
     parts.insert("models".into(), bytes_under(app, &models).await?);
     let mut checkpoints = 0;
     for (job_id, _) in app.jobs.list(tenant, None, None).await? {
-        checkpoints += bytes_under(app, &app.jobs.dir(&job_id).prefix().to_string()).await?;
+        checkpoints += bytes_under(app, app.jobs.dir(&job_id).prefix()).await?;
     }
     parts.insert("jobs".into(), checkpoints);
     parts.retain(|_, b| *b > 0);
