@@ -23,18 +23,14 @@ import uuid
 import lance
 import pyarrow as pa
 
+import served
+
 OPERATOR = "bench-operator-key"
 
 
 def start(binary, root, extra=()):
-    proc = subprocess.Popen(
-        [binary, "serve", "--addr", "127.0.0.1:0", "--data", root, "--upkeep", "false", *extra],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        env={**os.environ, "LANCET_OPERATOR_KEY": OPERATOR})
-    line = proc.stdout.readline().strip()
-    while line and not line.startswith("listening on "):
-        line = proc.stdout.readline().strip()
-    return proc, line[len("listening on "):]
+    os.environ["LANCET_OPERATOR_KEY"] = OPERATOR
+    return served.start(binary, root, *extra)
 
 
 def admin(binary, base, *args):

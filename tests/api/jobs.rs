@@ -401,7 +401,10 @@ async fn cancel_stops_promptly_and_keeps_only_whole_commits() {
 async fn concurrent_writes_during_a_backfill() {
     let s = Server::start().await;
     table_with_fragments(&s, "k", 6, 20).await;
-    add_virtual(&s, "k", "dbl", slow("200000")).await;
+    // ~20 ms a row (the spin runs at about 1 ns an iteration): the job runs ~2.5 s, so the
+    // writes below land while it does (at 200,000 it ended in ~0.1 s, before them when a
+    // write took longer than usual).
+    add_virtual(&s, "k", "dbl", slow("20000000")).await;
     let job = s
         .backfill(
             "k",
