@@ -133,3 +133,20 @@ pub(crate) fn status(e: ApiError) -> Status {
         _ => Status::internal(message),
     }
 }
+
+/// The HTTP status of the same meaning as a gRPC status, for metrics.
+pub(crate) fn http_status(status: &Status) -> u16 {
+    use tonic::Code;
+    match status.code() {
+        Code::Ok => 200,
+        Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => 400,
+        Code::Unauthenticated => 401,
+        Code::PermissionDenied => 403,
+        Code::NotFound => 404,
+        Code::AlreadyExists | Code::Aborted => 409,
+        Code::Cancelled => 499,
+        Code::Unavailable | Code::ResourceExhausted => 503,
+        Code::Unimplemented => 501,
+        _ => 500,
+    }
+}

@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::handle::Handle;
-use super::{caller, status};
+use super::{caller, http_status, status};
 use crate::App;
 use crate::http::pipeline::overload::Admitted;
 use crate::sql::{self, Limits, listing, names::CATALOG};
@@ -413,23 +413,6 @@ impl Drop for Running {
             let seconds = started.elapsed().as_secs_f64();
             app.metrics.record("flight/run", tenant, code, seconds);
         }
-    }
-}
-
-/// The HTTP status of the same meaning as a gRPC status, for metrics.
-fn http_status(status: &Status) -> u16 {
-    use tonic::Code;
-    match status.code() {
-        Code::Ok => 200,
-        Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => 400,
-        Code::Unauthenticated => 401,
-        Code::PermissionDenied => 403,
-        Code::NotFound => 404,
-        Code::AlreadyExists | Code::Aborted => 409,
-        Code::Cancelled => 499,
-        Code::Unavailable | Code::ResourceExhausted => 503,
-        Code::Unimplemented => 501,
-        _ => 500,
     }
 }
 
